@@ -1,0 +1,58 @@
+# CUDA for Deep Learning: `make book` builds the website, `make test` runs the tests (no GPU needed).
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+NOTEBOOKS := $(wildcard chapters/*.ipynb) $(wildcard solutions/*.ipynb)
+
+.PHONY: all venv browser book test lint sync lab execute gpu-test clean
+
+all: book
+
+$(STAMP): requirements.txt pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -r requirements.txt
+	touch $@
+
+venv: $(STAMP)
+
+# Debian's chromium for the browser test; installed when missing and we may (root, apt).
+browser:
+	@command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } || \
+	  echo "chromium not installed: the browser test will be skipped (install Debian's chromium to run it)"
+
+book: venv
+	$(BIN)/jupyter-book build --warningiserror --keep-going .
+	@echo "open _build/html/index.html"
+
+lint: venv
+	$(BIN)/ruff check cudl tests
+
+# Unit tests, compile tests, notebook checks, and every chapter/solution notebook under the CPU emulator.
+test: venv browser lint
+	$(BIN)/python -m cudl.nbtools check
+	$(BIN)/jupyter-book build --all --warningiserror --keep-going . >/dev/null
+	CUDL_BOOK_BUILT=1 CUDL_BACKEND=emulator $(BIN)/pytest -q --timeout=1800 tests
+	$(if $(NOTEBOOKS),CUDL_BACKEND=emulator $(BIN)/pytest -q -p no:cacheprovider --nbval-lax --nbval-current-env --nbval-cell-timeout=900 $(NOTEBOOKS))
+
+# Rewrite bootstrap cells from _config.yml, pair chapters/solutions .md -> .ipynb, regenerate exercises.
+sync: venv
+	$(BIN)/python -m cudl.nbtools sync
+
+lab: venv
+	$(BIN)/python -m pip install -q jupyterlab jupytext
+	cd chapters && ../$(BIN)/jupyter lab
+
+# On a GPU machine (CuPy installed): re-execute every chapter and solution, store outputs, update benchmarks/.
+execute:
+	$(PYTHON) -m cudl.nbtools execute $(NOTEBOOKS)
+
+# On a GPU machine: all notebooks pass nbval, every exercise stub and mutant fails, bench agrees with Triton.
+gpu-test:
+	CUDL_BACKEND=gpu $(PYTHON) -m pytest -q --nbval-lax --nbval-current-env $(NOTEBOOKS)
+	CUDL_BACKEND=gpu $(PYTHON) -m pytest -q tests/gpu tests/test_graders.py
+
+clean:
+	rm -rf _build .pytest_cache

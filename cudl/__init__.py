@@ -1,0 +1,37 @@
+"""cudl: the one helper package of "CUDA for Deep Learning".
+
+    import cudl
+    cudl.setup()                                   # banner; registers the %%gpu cell magic
+    xp = cudl.xp                                   # CuPy on a GPU, NumPy on the CPU emulator
+    k = cudl.load("01-first-kernel/vector_add.cu", "vector_add")
+    k(grid, block, (x, y, out, n))                 # launched like a CuPy RawKernel
+    cudl.check(out, ref)                           # relative error vs a float64 reference
+    t = cudl.bench(lambda: k(...), bytes=3 * 4 * n) # CUDA events, L2 flush, median
+    cudl.record(t, chapter="01-first-kernel", shape=n, dtype="float32", baseline=t_torch)
+"""
+
+from . import grade
+from .backend import backend as backend_name
+from .backend import on_gpu, require_gpu, size, sync, to_numpy
+from .bench import Timing, bench, flush_l2, sweep
+from .ceilings import DATASHEET, ceilings, datasheet
+from .check import check, compare, poisoned, randn
+from .env import banner, device_info, glue, gpu_name, setup
+from .errors import CompileError, CudlError, EmulatorUnsupported, GpuOnly, KernelFault
+from .kernel import Kernel, load
+from .record import load_records, record
+
+__all__ = [
+    "DATASHEET", "CompileError", "CudlError", "EmulatorUnsupported", "GpuOnly", "Kernel", "KernelFault",
+    "Timing", "backend_name", "banner", "bench", "ceilings", "check", "compare", "datasheet", "device_info",
+    "flush_l2", "glue", "gpu_name", "grade", "load", "load_records", "on_gpu", "poisoned", "randn", "record",
+    "require_gpu", "setup", "size", "sweep", "sync", "to_numpy",
+]
+
+
+def __getattr__(name: str):
+    if name == "xp":  # resolved on use, so CUDL_BACKEND can still be set after import
+        from .backend import xp
+
+        return xp()
+    raise AttributeError(f"module 'cudl' has no attribute {name!r}")

@@ -1,0 +1,130 @@
+"""`cudl.bench`: CUDA-event timing with warm-up, an L2 flush before every run, and the median of many runs."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .backend import require_gpu
+
+# Bytes written between runs so that no input is still in L2 (H100: 50 MB, H200: 60 MB, RTX 4090: 72 MB).
+FLUSH_BYTES = 256 * 1024 * 1024
+
+
+@dataclass
+class Timing:
+    """The result of one benchmark: median time and the rates that follow from the bytes and flops given."""
+
+    name: str
+    ms: float  # median over runs
+    q1_ms: float
+    q3_ms: float
+    runs: int
+    bytes: float | None = None
+    flops: float | None = None
+    compute: str = "fp32"  # which measured GEMM rate `flops` is compared with
+    times_ms: list[float] = field(default_factory=list, repr=False)
+
+    @property
+    def gbps(self) -> float | None:
+        return self.bytes / self.ms / 1e6 if self.bytes else None
+
+    @property
+    def tflops(self) -> float | None:
+        return self.flops / self.ms / 1e9 if self.flops else None
+
+    @property
+    def spread(self) -> float:
+        """Interquartile range relative to the median."""
+        return (self.q3_ms - self.q1_ms) / self.ms if self.ms else 0.0
+
+    def pct_of_ceiling(self) -> tuple[float, str] | None:
+        """(percent, which ceiling): bandwidth vs measured copy, else flops vs measured cuBLAS."""
+        from .backend import on_gpu
+        from .ceilings import ceilings
+
+        if not on_gpu():
+            return None
+        c = ceilings()
+        if self.gbps is not None:
+            return 100 * self.gbps / c["copy_gbps"], "measured copy bandwidth"
+        if self.tflops is not None and c["gemm_tflops"].get(self.compute):
+            return 100 * self.tflops / c["gemm_tflops"][self.compute], f"cuBLAS {self.compute}"
+        return None
+
+    def speedup_over(self, other: Timing) -> float:
+        """How many times faster this is than `other` (>1: faster)."""
+        return other.ms / self.ms
+
+    def __str__(self) -> str:
+        s = f"{self.name}: {self.ms:.4g} ms (±{50 * self.spread:.1f}%, {self.runs} runs)"
+        if self.gbps is not None:
+            s += f", {self.gbps:,.0f} GB/s"
+        if self.tflops is not None:
+            s += f", {self.tflops:.2f} TFLOP/s"
+        pct = self.pct_of_ceiling()
+        if pct:
+            s += f" = {pct[0]:.0f}% of {pct[1]}"
+        return s
+
+    __repr__ = __str__
+
+
+_flush_buffer: Any = None
+
+
+def flush_l2() -> None:
+    """Overwrite L2 with unrelated data, so the next run reads its inputs from device memory."""
+    global _flush_buffer
+    import cupy
+
+    if _flush_buffer is None:
+        _flush_buffer = cupy.empty(FLUSH_BYTES // 4, dtype=cupy.int32)
+    _flush_buffer.fill(0)
+
+
+def bench(fn: Callable[[], Any], *, bytes: float | None = None, flops: float | None = None,
+          name: str = "", compute: str = "fp32", warmup_ms: float = 25.0, rep_ms: float = 100.0,
+          min_runs: int = 10, max_runs: int = 1000, flush: bool = True) -> Timing:
+    """Time `fn` (which launches GPU work) with CUDA events; report the median of many runs.
+
+    `bytes`: the fewest bytes the work must move (reads + writes), for GB/s; `flops` for TFLOP/s.
+    """
+    require_gpu("cudl.bench")
+    import cupy
+
+    stream = cupy.cuda.get_current_stream()
+    fn()  # first call: compilation, allocation and module load stay out of the numbers
+    stream.synchronize()
+    start, end = cupy.cuda.Event(), cupy.cuda.Event()
+    start.record()
+    for _ in range(5):
+        fn()
+    end.record()
+    end.synchronize()
+    estimate = max(cupy.cuda.get_elapsed_time(start, end) / 5, 1e-3)
+    for _ in range(max(1, int(warmup_ms / estimate))):
+        fn()
+    runs = max(min_runs, min(max_runs, int(rep_ms / estimate)))
+    starts = [cupy.cuda.Event() for _ in range(runs)]
+    ends = [cupy.cuda.Event() for _ in range(runs)]
+    for s, e in zip(starts, ends):
+        if flush:
+            flush_l2()
+        s.record()
+        fn()
+        e.record()
+    ends[-1].synchronize()
+    times = [cupy.cuda.get_elapsed_time(s, e) for s, e in zip(starts, ends)]
+    q = statistics.quantiles(times, n=4)
+    return Timing(name or getattr(fn, "__name__", "kernel"), statistics.median(times), q[0], q[2], runs,
+                  bytes, flops, compute, times)
+
+
+def sweep(run: Callable[[Any], Timing], values: Sequence[Any] | Iterable[Any], desc: str = "sweep") -> list[Timing]:
+    """Benchmark `run(v)` for each value, with a progress bar."""
+    from tqdm import tqdm  # text bar: no ipywidgets needed; the website drops stderr
+
+    return [run(v) for v in tqdm(list(values), desc=desc, leave=False)]

@@ -1,0 +1,3 @@
+// cudl emulator: cg::reduce lives in cooperative_groups.h
+#pragma once
+#include "../cooperative_groups.h"

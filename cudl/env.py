@@ -1,0 +1,97 @@
+"""`cudl.setup()`: the banner every notebook prints first, and the `%%gpu` cell magic."""
+
+from __future__ import annotations
+
+import functools
+import platform
+from typing import Any
+
+import numpy as np
+
+from .backend import backend, fallback_reason, on_gpu
+
+
+@functools.lru_cache(maxsize=1)
+def device_info() -> dict[str, Any]:
+    """GPU name, compute capability, SMs, memory, L2 and software versions (host CPU on the emulator)."""
+    info: dict[str, Any] = {"backend": backend(), "numpy": np.__version__}
+    try:
+        import torch
+
+        info["torch"] = torch.__version__
+    except ImportError:
+        info["torch"] = None
+    if not on_gpu():
+        info.update(gpu="CPU emulator", cc=None, cpu=platform.processor() or platform.machine())
+        return info
+    import cupy
+
+    rt = cupy.cuda.runtime
+    props = rt.getDeviceProperties(cupy.cuda.Device().id)
+    info.update(
+        gpu=props["name"].decode(), cc=f"{props['major']}.{props['minor']}",
+        sms=props["multiProcessorCount"], memory_gib=props["totalGlobalMem"] / 2**30,
+        l2_mib=props["l2CacheSize"] / 2**20, smem_per_sm_kib=props["sharedMemPerMultiprocessor"] / 1024,
+        regs_per_sm=props["regsPerMultiprocessor"], max_threads_per_sm=props["maxThreadsPerMultiProcessor"],
+        driver=_cuda_version(rt.driverGetVersion()), runtime=_cuda_version(rt.runtimeGetVersion()),
+        cupy=cupy.__version__,
+    )
+    return info
+
+
+def _cuda_version(v: int) -> str:
+    return f"{v // 1000}.{(v % 1000) // 10}"
+
+
+def gpu_name() -> str:
+    """The device name, e.g. 'NVIDIA H100 80GB HBM3' ('CPU emulator' without a GPU)."""
+    return device_info()["gpu"]
+
+
+def banner() -> str:
+    """One line that says where the notebook's kernels run."""
+    i = device_info()
+    if i["backend"] == "gpu":
+        return (f"cudl: {i['gpu']} (sm_{i['cc'].replace('.', '')}, {i['sms']} SMs, {i['memory_gib']:.0f} GiB, "
+                f"L2 {i['l2_mib']:.0f} MiB) | driver CUDA {i['driver']}, runtime {i['runtime']}, "
+                f"CuPy {i['cupy']}, PyTorch {i['torch'] or 'not installed'} | backend: gpu")
+    return (f"cudl: no GPU, running on the CPU emulator ({fallback_reason()}). Kernels run correctly but "
+            "slowly, and cells that measure GPU performance (%%gpu) are skipped.")
+
+
+def _gpu_cell(line: str, cell: str) -> None:
+    """%%gpu: run the cell on a GPU; on the emulator print why it is skipped instead."""
+    if on_gpu():
+        from IPython import get_ipython
+
+        result = get_ipython().run_cell(cell, store_history=False)
+        if not result.success:  # keep the failure visible to "Run all" and to nbval
+            raise RuntimeError("this %%gpu cell failed: see the error above") from None
+    else:
+        print("⏭  skipped on the CPU emulator: this cell measures GPU performance. "
+              "Run the notebook on a GPU (e.g. Colab's T4) to see the numbers.")
+
+
+def setup() -> None:
+    """Print the banner and register %%gpu in IPython (cudl.device_info() returns the same facts)."""
+    try:
+        from IPython import get_ipython
+
+        ip = get_ipython()
+        if ip is not None:
+            ip.register_magic_function(_gpu_cell, magic_kind="cell", magic_name="gpu")
+    except ImportError:
+        pass
+    print(banner())
+
+
+def glue(name: str, value: Any, fmt: str = "") -> None:
+    """Store a computed value (formatted with `fmt`) so the prose can cite it as {glue:}`name`.
+
+    Same output format as myst_nb.glue (which we do not import: it is not installed on Colab).
+    """
+    from IPython.display import display
+
+    text = format(value, fmt) if fmt else str(value)
+    prefix = "application/papermill.record/"  # hidden in the notebook, read by Jupyter Book
+    display({prefix + "text/plain": text}, raw=True, metadata={"scrapbook": {"name": name, "mime_prefix": prefix}})

@@ -1,0 +1,111 @@
+"""Graders of chapter 1 (01-first-kernel): SAXPY, RGB to gray on a 2D grid, and a grid-stride loop.
+
+Every output buffer is followed by a guard region of known values. A GPU rarely faults on a write a few
+elements past the end of an array (allocations are rounded up), so a kernel without a bounds check would
+otherwise pass there; the guard turns such a write into a CRASH line on both backends.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+import cudl
+from cudl.errors import KernelFault
+from cudl.grade import grader
+
+THREADS = 256  # block size of the 1D launches (SAXPY)
+TILE = 16  # the 2D launches use TILE x TILE blocks
+GRID_STRIDE_LAUNCH = ((4,), (128,))  # scale_shift: 512 threads in all, fewer than most cases' elements
+GUARD = 1024  # elements after a 1D buffer: more than one block can write past the end
+
+
+def _cdiv(a: int, b: int) -> int:
+    return (a + b - 1) // b
+
+
+def _with_guard(host: np.ndarray, fill: float, guard: int = GUARD) -> tuple[Any, Any]:
+    """A device copy of `host` followed by `guard` elements equal to `fill`: (whole buffer, view of `host`)."""
+    full = np.full(host.size + guard, fill, dtype=host.dtype)
+    full[: host.size] = host.ravel()
+    dev = cudl.xp.asarray(full)
+    return dev, dev[: host.size].reshape(host.shape)
+
+
+def _check_guard(full: Any, n: int, fill: float, name: str) -> None:
+    """Raise KernelFault if the kernel wrote past the first `n` elements of `full`."""
+    tail = cudl.to_numpy(full[n:])
+    changed = np.flatnonzero(tail != fill)
+    if changed.size:
+        raise KernelFault(f"out-of-bounds write: {name}[{n + int(changed[0])}] was written but {name} has "
+                          f"{n} elements ({changed.size} elements past its end changed); is every thread's "
+                          f"index checked against the size?")
+
+
+# ------------------------------------------------------------------------------ SAXPY
+
+@grader("saxpy", kernels=["saxpy"],
+        cases=[dict(n=1), dict(n=31), dict(n=1000), dict(n=65536), dict(n=2**20 + 7), dict(n=2**24 + 1)],
+        emulator_cases=[dict(n=1), dict(n=31), dict(n=1000), dict(n=4096), dict(n=20001), dict(n=65537)],
+        hint="one thread per element: i = blockIdx.x * blockDim.x + threadIdx.x, and only if i < n: "
+             "y[i] = a * x[i] + y[i]")
+def saxpy(load: Any, case: dict[str, Any]) -> list[tuple[Any, Any]]:
+    """y = a * x + y in place; launched with ceil(n / 256) blocks of 256 threads."""
+    n = case["n"]
+    rng = np.random.default_rng()
+    a = np.float32(rng.uniform(0.5, 2.0) * rng.choice([-1.0, 1.0]))  # |a| >= 0.5: a write past the end shows
+    x_host = rng.standard_normal(n).astype(np.float32)
+    y_host = rng.standard_normal(n).astype(np.float32)
+    _, x = _with_guard(x_host, 1.0)
+    y_full, y = _with_guard(y_host, 1.0)  # a stray y[i] = a * 1 + 1 changes the guard
+    load("saxpy")((_cdiv(n, THREADS),), (THREADS,), (n, a, x, y))
+    _check_guard(y_full, n, 1.0, "y")
+    return [(y, a * x_host.astype(np.float64) + y_host)]
+
+
+# ------------------------------------------------------------------------------ RGB to gray (2D)
+
+GRAY_WEIGHTS = np.array([0.299, 0.587, 0.114])  # ITU-R BT.601 luma weights of R, G, B
+
+
+@grader("rgb_to_gray", kernels=["rgb_to_gray"],
+        cases=[dict(height=1, width=1), dict(height=1, width=300), dict(height=300, width=1),
+               dict(height=33, width=47), dict(height=720, width=1281), dict(height=1079, width=1921)],
+        emulator_cases=[dict(height=1, width=1), dict(height=1, width=37), dict(height=37, width=1),
+                        dict(height=33, width=47), dict(height=64, width=100), dict(height=101, width=131)],
+        hint="col = blockIdx.x * blockDim.x + threadIdx.x and row = blockIdx.y * blockDim.y + threadIdx.y; "
+             "check row < height and col < width; pixel (row, col) is gray[row * width + col] and its "
+             "channels are rgb[3 * (row * width + col) + 0, 1, 2]")
+def rgb_to_gray(load: Any, case: dict[str, Any]) -> list[tuple[Any, Any]]:
+    """gray = 0.299 R + 0.587 G + 0.114 B for an H x W x 3 uint8 image; 16 x 16 blocks on a 2D grid."""
+    h, w = case["height"], case["width"]
+    rng = np.random.default_rng()
+    rgb_host = rng.integers(0, 256, size=(h, w, 3), dtype=np.uint8)
+    overrun = TILE * (w + TILE) + GUARD  # what a kernel without a row check can reach past the end
+    _, rgb = _with_guard(rgb_host, 255, guard=3 * overrun)
+    gray_full, gray = _with_guard(np.full((h, w), np.nan, np.float32), -1.0, guard=overrun)  # gray >= 0
+    load("rgb_to_gray")((_cdiv(w, TILE), _cdiv(h, TILE)), (TILE, TILE), (rgb, gray, h, w))
+    _check_guard(gray_full, h * w, -1.0, "gray")
+    return [(gray, rgb_host.astype(np.float64) @ GRAY_WEIGHTS)]
+
+
+# ------------------------------------------------------------------------------ grid-stride loop
+
+@grader("scale_shift", kernels=["scale_shift"],
+        cases=[dict(n=1), dict(n=511), dict(n=513), dict(n=100_003), dict(n=2**22 + 1)],
+        emulator_cases=[dict(n=1), dict(n=511), dict(n=513), dict(n=4099), dict(n=30001)],
+        hint="the grid has only 512 threads: loop for (i = blockIdx.x * blockDim.x + threadIdx.x; i < n; "
+             "i += gridDim.x * blockDim.x), so that each element is updated exactly once")
+def scale_shift(load: Any, case: dict[str, Any]) -> list[tuple[Any, Any]]:
+    """x = a * x + b in place, launched with 4 blocks of 128 threads whatever n is."""
+    n = case["n"]
+    rng = np.random.default_rng()
+    # a, b away from (1, 0): an element updated twice, or never, is always wrong.
+    a, b = np.float32(rng.uniform(1.5, 2.5)), np.float32(rng.uniform(0.5, 1.5))
+    x_host = rng.standard_normal(n).astype(np.float32)
+    x_full, x = _with_guard(x_host, 1.0)
+    grid, block = GRID_STRIDE_LAUNCH
+    load("scale_shift")(grid, block, (x, a, b, n))
+    _check_guard(x_full, n, 1.0, "x")
+    return [(x, a * x_host.astype(np.float64) + b)]

@@ -1,0 +1,80 @@
+"""Graders of chapter 2 (the execution and memory model): a coalesced transpose and a coalesced row gather.
+
+Graders check correctness only, never speed. Every output buffer is followed by a guard of sentinel values, so a
+write past its end is caught on the GPU too, where it would not fault, and named in the FAIL line.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+import cudl
+from cudl.grade import grader
+
+GUARD = 4096  # elements after each output; larger than what one stray row of blocks can overrun
+SENTINEL = 12345.0  # what the guard must still hold after the kernel
+
+
+def _guarded(size: int):
+    """A NaN-poisoned output of `size` floats followed by GUARD sentinel floats (a view of both, and the guard)."""
+    buf = cudl.poisoned(size + GUARD)
+    buf[size:] = SENTINEL
+    return buf
+
+
+def _check_guard(buf, size: int) -> None:
+    """Raise (a FAIL line) when the kernel wrote past the end of its output."""
+    stray = np.flatnonzero(cudl.to_numpy(buf[size:]) != SENTINEL)
+    if stray.size:
+        raise AssertionError(f"the kernel wrote past the end of out ({size} elements): {stray.size} stray writes, "
+                             f"the first at out[{size + int(stray[0])}]; check the bounds test before each write")
+
+
+TILE = 32  # tile edge = block edge of the transpose launch
+
+
+@grader("transpose", kernels=["transpose"],
+        cases=[dict(rows=1, cols=1), dict(rows=1, cols=37), dict(rows=33, cols=1), dict(rows=31, cols=33),
+               dict(rows=64, cols=64), dict(rows=100, cols=257), dict(rows=1000, cols=1025),
+               dict(rows=2048, cols=4096)],
+        emulator_cases=[dict(rows=1, cols=1), dict(rows=1, cols=37), dict(rows=33, cols=1), dict(rows=31, cols=33),
+                        dict(rows=64, cols=64), dict(rows=100, cols=257), dict(rows=129, cols=300),
+                        dict(rows=300, cols=129)],
+        hint="read in[row * cols + col] with row = blockIdx.y * 32 + threadIdx.y and col = blockIdx.x * 32 + "
+             "threadIdx.x into tile[threadIdx.y][threadIdx.x]; __syncthreads(); then write tile[threadIdx.x]"
+             "[threadIdx.y] to out[(blockIdx.x * 32 + threadIdx.y) * rows + blockIdx.y * 32 + threadIdx.x]; guard "
+             "both the read and the write with their own bounds check")
+def transpose(load, case):
+    rows, cols = case["rows"], case["cols"]
+    x = cudl.randn((rows, cols))
+    out = _guarded(rows * cols)
+    grid = ((cols + TILE - 1) // TILE, (rows + TILE - 1) // TILE)
+    load("transpose")(grid, (TILE, TILE), (x, out, rows, cols))
+    ref = cudl.to_numpy(x).astype(np.float64).T
+    _check_guard(out, rows * cols)
+    return [(out[: rows * cols].reshape(cols, rows), ref)]
+
+
+GATHER_BLOCK = 128  # threads per block of the gather launch, along the embedding dimension
+
+
+@grader("embedding_gather", kernels=["embedding_gather"],
+        cases=[dict(n_idx=1, vocab=1, dim=1), dict(n_idx=5, vocab=7, dim=127), dict(n_idx=33, vocab=10, dim=128),
+               dict(n_idx=100, vocab=1000, dim=129), dict(n_idx=4096, vocab=32000, dim=768),
+               dict(n_idx=20000, vocab=3000, dim=1000)],
+        emulator_cases=[dict(n_idx=1, vocab=1, dim=1), dict(n_idx=5, vocab=7, dim=127),
+                        dict(n_idx=33, vocab=10, dim=128), dict(n_idx=100, vocab=1000, dim=129),
+                        dict(n_idx=64, vocab=500, dim=300), dict(n_idx=257, vocab=50, dim=64)],
+        hint="one thread per output element: c = blockIdx.x * blockDim.x + threadIdx.x is the column, "
+             "r = blockIdx.y the row; if (c < dim) out[r * dim + c] = table[idx[r] * dim + c]")
+def embedding_gather(load, case):
+    n_idx, vocab, dim = case["n_idx"], case["vocab"], case["dim"]
+    table = cudl.randn((vocab, dim))
+    idx_host = np.random.default_rng().integers(0, vocab, n_idx, dtype=np.int32)
+    idx = cudl.xp.asarray(idx_host)
+    out = _guarded(n_idx * dim)
+    grid = ((dim + GATHER_BLOCK - 1) // GATHER_BLOCK, n_idx)
+    load("embedding_gather")(grid, (GATHER_BLOCK,), (table, idx, out, n_idx, dim))
+    ref = cudl.to_numpy(table).astype(np.float64)[idx_host]
+    _check_guard(out, n_idx * dim)
+    return [(out[: n_idx * dim].reshape(n_idx, dim), ref)]

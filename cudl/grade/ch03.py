@@ -1,0 +1,109 @@
+"""Graders of chapter 3 (03-elementwise): SiLU forward (grid-stride), leaky-ReLU backward, fused bias + ReLU.
+
+Every output buffer is followed by a guard region of known values, so that a write past the end (which
+a GPU rarely notices) becomes a CRASH line on both backends, as in chapter 1's graders.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+import cudl
+from cudl.errors import KernelFault
+from cudl.grade import grader
+
+THREADS = 256  # block size of the one-thread-per-element launches
+GRID_STRIDE_LAUNCH = ((4,), (128,))  # silu_forward: 512 threads in all, fewer than most cases' elements
+GUARD = 1024  # elements after a 1D buffer: more than one block can write past the end
+
+
+def _cdiv(a: int, b: int) -> int:
+    return (a + b - 1) // b
+
+
+def _with_guard(host: np.ndarray, fill: float, guard: int = GUARD) -> tuple[Any, Any]:
+    """A device copy of `host` followed by `guard` elements equal to `fill`: (whole buffer, view of `host`)."""
+    full = np.full(host.size + guard, fill, dtype=host.dtype)
+    full[: host.size] = host.ravel()
+    dev = cudl.xp.asarray(full)
+    return dev, dev[: host.size].reshape(host.shape)
+
+
+def _check_guard(full: Any, n: int, fill: float, name: str) -> None:
+    """Raise KernelFault if the kernel wrote past the first `n` elements of `full`."""
+    tail = cudl.to_numpy(full[n:])
+    changed = np.flatnonzero(tail != fill)
+    if changed.size:
+        raise KernelFault(f"out-of-bounds write: {name}[{n + int(changed[0])}] was written but {name} has "
+                          f"{n} elements ({changed.size} elements past its end changed); is every thread's "
+                          f"index checked against the size?")
+
+
+# ------------------------------------------------------------------------------ SiLU forward
+
+@grader("silu_forward", kernels=["silu_forward"],
+        cases=[dict(n=1), dict(n=511), dict(n=513), dict(n=100_003), dict(n=2**22 + 1)],
+        emulator_cases=[dict(n=1), dict(n=511), dict(n=513), dict(n=4099), dict(n=30001)],
+        hint="y[i] = x[i] / (1 + expf(-x[i])) for every i: the grid has only 512 threads, so loop "
+             "for (i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)")
+def silu_forward(load: Any, case: dict[str, Any]) -> list[tuple[Any, Any]]:
+    """y = x * sigmoid(x), launched with 4 blocks of 128 threads whatever n is."""
+    n = case["n"]
+    x_host = (3 * np.random.default_rng().standard_normal(n)).astype(np.float32)
+    _, x = _with_guard(x_host, 1.0)
+    y_full, y = _with_guard(np.full(n, np.nan, np.float32), -7.0)  # silu(x) > -0.28: -7 is never an output
+    grid, block = GRID_STRIDE_LAUNCH
+    load("silu_forward")(grid, block, (x, y, n))
+    _check_guard(y_full, n, -7.0, "y")
+    xd = x_host.astype(np.float64)
+    return [(y, xd / (1.0 + np.exp(-xd)))]
+
+
+# ------------------------------------------------------------------------------ leaky ReLU backward
+
+@grader("leaky_relu_backward", kernels=["leaky_relu_backward"],
+        cases=[dict(n=1), dict(n=255), dict(n=257), dict(n=65536), dict(n=2**20 + 7)],
+        emulator_cases=[dict(n=1), dict(n=255), dict(n=257), dict(n=4096), dict(n=20001)],
+        hint="leaky_relu(x) = x for x > 0 and slope * x otherwise, so dx[i] = dy[i] where x[i] > 0 and "
+             "slope * dy[i] elsewhere: the sign test is on x, not on dy; and only if i < n")
+def leaky_relu_backward(load: Any, case: dict[str, Any]) -> list[tuple[Any, Any]]:
+    """dx = dy * leaky_relu'(x); launched with ceil(n / 256) blocks of 256 threads."""
+    n = case["n"]
+    rng = np.random.default_rng()
+    slope = np.float32(rng.uniform(0.05, 0.3))
+    x_host = rng.standard_normal(n).astype(np.float32)
+    if n == 1:
+        x_host[0] = -abs(x_host[0]) - 0.1  # one element: make it the negative branch
+    dy_host = rng.standard_normal(n).astype(np.float32)
+    _, dy = _with_guard(dy_host, 1.0)
+    _, x = _with_guard(x_host, 1.0)
+    dx_full, dx = _with_guard(np.full(n, np.nan, np.float32), -9.0)
+    load("leaky_relu_backward")((_cdiv(n, THREADS),), (THREADS,), (dy, x, dx, slope, n))
+    _check_guard(dx_full, n, -9.0, "dx")
+    ref = np.where(x_host > 0, dy_host.astype(np.float64), np.float64(slope) * dy_host)
+    return [(dx, ref)]
+
+
+# ------------------------------------------------------------------------------ fused bias + ReLU over rows
+
+@grader("bias_relu_rows", kernels=["bias_relu_rows"],
+        cases=[dict(rows=1, cols=1), dict(rows=3, cols=300), dict(rows=300, cols=3), dict(rows=100, cols=1000),
+               dict(rows=1024, cols=4099)],
+        emulator_cases=[dict(rows=1, cols=1), dict(rows=3, cols=300), dict(rows=300, cols=3),
+                        dict(rows=37, cols=257), dict(rows=64, cols=1000)],
+        hint="col = blockIdx.x * blockDim.x + threadIdx.x, row = blockIdx.y; only if col < cols: "
+             "y[row * cols + col] = max(x[row * cols + col] + bias[col], 0)")
+def bias_relu_rows(load: Any, case: dict[str, Any]) -> list[tuple[Any, Any]]:
+    """y = relu(x + bias) for a rows x cols matrix, bias of length cols; grid (ceil(cols / 256), rows)."""
+    rows, cols = case["rows"], case["cols"]
+    rng = np.random.default_rng()
+    x_host = rng.standard_normal((rows, cols)).astype(np.float32)
+    b_host = rng.standard_normal(cols).astype(np.float32)
+    _, x = _with_guard(x_host, 1.0)
+    _, b = _with_guard(b_host, 1.0)
+    y_full, y = _with_guard(np.full((rows, cols), np.nan, np.float32), -5.0)  # relu >= 0: -5 never is
+    load("bias_relu_rows")((_cdiv(cols, THREADS), rows), (THREADS,), (x, b, y, rows, cols))
+    _check_guard(y_full, rows * cols, -5.0, "y")
+    return [(y, np.maximum(x_host.astype(np.float64) + b_host, 0.0))]

@@ -1,0 +1,127 @@
+"""Graders of chapter 4 (reductions): a warp-shuffle block sum, a row-wise max, a row-wise argmax.
+
+Inputs are followed in memory by NaN (a kernel that reads past the end gets NaN into its result) and
+outputs by a poisoned guard zone (a kernel that writes past the end is caught).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+import cudl
+from cudl.grade import grader
+
+BLOCK = 256  # threads per block in every launch below (8 warps)
+WARPS = BLOCK // 32
+GUARD = 64  # poisoned elements after each input and output
+
+
+def _guarded_input(data: np.ndarray) -> Any:
+    """`data` on the device, followed by GUARD NaNs that a correct kernel never reads."""
+    buf = cudl.poisoned(data.size + GUARD, data.dtype)
+    buf[: data.size] = cudl.xp.asarray(data.ravel())
+    return buf[: data.size]
+
+
+def _guarded_output(size: int, dtype: Any) -> tuple[Any, Any]:
+    """(out, whole buffer): `out` is poisoned and followed by GUARD poisoned elements."""
+    buf = cudl.poisoned(size + GUARD, dtype)
+    return buf[:size], buf
+
+
+def _check_guard(buf: Any, size: int, what: str) -> None:
+    tail = cudl.to_numpy(buf)[size:]
+    fill = np.isnan(tail) if tail.dtype.kind == "f" else tail == np.iinfo(tail.dtype).max
+    if not fill.all():
+        first = int(np.argmin(fill))
+        raise AssertionError(f"the kernel wrote past the end of {what}: {what}[{size + first}] was written "
+                             f"(it has {size} elements)")
+
+
+# ------------------------------------------------------------------------------ block_sum
+
+@grader("block_sum", kernels=["block_sum"],
+        cases=[dict(n=1), dict(n=31), dict(n=256), dict(n=1000), dict(n=2**20 + 7), dict(n=2**24 + 3)],
+        emulator_cases=[dict(n=1), dict(n=31), dict(n=256), dict(n=1000), dict(n=4097), dict(n=20000)],
+        hint="each warp adds its 32 values with __shfl_down_sync (offsets 16, 8, 4, 2, 1), lane 0 of each warp "
+             "stores its sum in shared memory, __syncthreads(), then warp 0 adds the 8 warp sums; threads with "
+             "i >= n contribute 0")
+def block_sum(load: Any, case: dict[str, Any]) -> list[tuple[Any, Any]]:
+    n = case["n"]
+    blocks = (n + BLOCK - 1) // BLOCK
+    x_host = np.random.default_rng().standard_normal(n).astype(np.float32)
+    x = _guarded_input(x_host)
+    partials, buf = _guarded_output(blocks, np.float32)
+    load("block_sum")((blocks,), (BLOCK,), (x, partials, n))
+    cudl.sync()
+    _check_guard(buf, blocks, "partials")
+    padded = np.zeros(blocks * BLOCK)
+    padded[:n] = x_host
+    ref = padded.reshape(blocks, BLOCK).sum(axis=1)  # float64 reference
+    # A 256-element tree has depth 8: relative error <= 8 u (u = 2^-24) times the condition number, far
+    # inside the default float32 tolerance, which compare() scales by the rms of all partials.
+    return [(partials, ref)]
+
+
+# ------------------------------------------------------------------------------ row_max
+
+def _rows_with_offsets(rows: int, cols: int) -> np.ndarray:
+    """Normal rows shifted by a random offset in [-10, 10): many rows are all negative."""
+    rng = np.random.default_rng()
+    x = rng.standard_normal((rows, cols)) + rng.uniform(-10, 10, size=(rows, 1))
+    return x.astype(np.float32)
+
+
+ROW_CASES = [dict(rows=1, cols=1), dict(rows=5, cols=31), dict(rows=8, cols=32), dict(rows=13, cols=100),
+             dict(rows=1000, cols=1000), dict(rows=4099, cols=4096)]
+ROW_EMU_CASES = [dict(rows=1, cols=1), dict(rows=5, cols=31), dict(rows=8, cols=32), dict(rows=13, cols=100),
+                 dict(rows=50, cols=333), dict(rows=19, cols=2048)]
+
+
+@grader("row_max", kernels=["row_max"], cases=ROW_CASES, emulator_cases=ROW_EMU_CASES,
+        hint="one warp per row: row = blockIdx.x * 8 + threadIdx.x / 32; leave if row >= rows; each lane takes "
+             "c = lane, lane + 32, ... < cols starting from -infinity, written -__int_as_float(0x7f800000) (not 0: "
+             "rows may be all negative), then 5 __shfl_down_sync steps with fmaxf")
+def row_max(load: Any, case: dict[str, Any]) -> list[tuple[Any, Any]]:
+    rows, cols = case["rows"], case["cols"]
+    x_host = _rows_with_offsets(rows, cols)
+    x = _guarded_input(x_host)
+    out, buf = _guarded_output(rows, np.float32)
+    load("row_max")(((rows + WARPS - 1) // WARPS,), (BLOCK,), (x, out, rows, cols))
+    cudl.sync()
+    _check_guard(buf, rows, "out")
+    return [(out, x_host.max(axis=1).astype(np.float64))]
+
+
+# ------------------------------------------------------------------------------ row_argmax
+
+def _rows_with_ties(rows: int, cols: int) -> np.ndarray:
+    """Values rounded to multiples of 1/2 (ties happen by themselves), plus a planted tie for the
+    maximum in each row: at two columns in the same lane (32 apart), in neighbouring lanes, or anywhere."""
+    rng = np.random.default_rng()
+    x = np.round(rng.standard_normal((rows, cols)) * 2) / 2
+    if cols >= 2:
+        top = x.max(axis=1) + 1.0
+        for r in range(rows):
+            j1 = int(rng.integers(0, cols - 1))
+            gap = int(rng.choice([1, 32, int(rng.integers(1, cols - j1))]))
+            j2 = min(j1 + gap, cols - 1)
+            x[r, j1] = x[r, j2] = top[r]
+    return x.astype(np.float32)
+
+
+@grader("row_argmax", kernels=["row_argmax"], cases=ROW_CASES, emulator_cases=ROW_EMU_CASES,
+        hint="keep a (value, index) pair per lane; a candidate replaces it only if its value is larger, or equal "
+             "with a smaller index; shuffle both value and index with the same offsets (16, 8, 4, 2, 1) and apply "
+             "the same rule, so ties go to the first column like numpy.argmax")
+def row_argmax(load: Any, case: dict[str, Any]) -> list[tuple[Any, Any]]:
+    rows, cols = case["rows"], case["cols"]
+    x_host = _rows_with_ties(rows, cols)
+    x = _guarded_input(x_host)
+    out, buf = _guarded_output(rows, np.int32)
+    load("row_argmax")(((rows + WARPS - 1) // WARPS,), (BLOCK,), (x, out, rows, cols))
+    cudl.sync()
+    _check_guard(buf, rows, "out")
+    return [(out, np.argmax(x_host, axis=1).astype(np.int32))]

@@ -1,0 +1,141 @@
+"""`cudl.load`: one CUDA C kernel, compiled for the current backend and called like CuPy's RawKernel."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from . import backend as _backend
+from .compile import Param, format_log, parse_params, resolve, with_line_directive
+from .errors import CompileError
+
+# C parameter types and the NumPy types their arguments are converted to.
+SCALAR_TYPES: dict[str, type] = {
+    "int": np.int32, "int32_t": np.int32, "unsigned": np.uint32, "unsigned int": np.uint32,
+    "uint32_t": np.uint32, "long long": np.int64, "long long int": np.int64, "int64_t": np.int64,
+    "long": np.int64, "size_t": np.uint64, "uint64_t": np.uint64, "unsigned long long": np.uint64,
+    "float": np.float32, "double": np.float64, "bool": np.bool_, "char": np.int8,
+    "short": np.int16, "unsigned char": np.uint8, "__half": np.float16, "half": np.float16,
+}
+# Pointee types whose arrays must have exactly this dtype (vector types and bf16 are not checked).
+POINTER_DTYPES: dict[str, tuple[np.dtype, ...]] = {
+    k: (np.dtype(v),) for k, v in SCALAR_TYPES.items() if k not in ("bool", "char")
+}
+POINTER_DTYPES["float"] = (np.dtype(np.float32),)
+POINTER_DTYPES["__nv_bfloat16"] = (np.dtype(np.uint16),)  # NumPy has no bfloat16: raw bits
+
+
+def _dim3(v: int | Sequence[int], what: str) -> tuple[int, int, int]:
+    t = (v,) if isinstance(v, (int, np.integer)) else tuple(v)
+    if not 1 <= len(t) <= 3 or any(int(x) < 1 for x in t):
+        raise ValueError(f"{what} must be 1 to 3 positive integers, got {v!r}")
+    return tuple(int(x) for x in t) + (1,) * (3 - len(t))  # type: ignore[return-value]
+
+
+class Kernel:
+    """A compiled kernel: `k(grid, block, args, shared_mem=0)` launches it on the current backend."""
+
+    def __init__(self, name: str, params: list[Param], shown: str, impl: Any, backend: str):
+        self.name, self.params, self.shown, self._impl, self.backend = name, params, shown, impl, backend
+
+    # Resource usage as the compiler reports it (None on the emulator: there are no registers to count).
+    @property
+    def num_regs(self) -> int | None:
+        return self._impl.num_regs if self.backend == "gpu" else None
+
+    @property
+    def shared_bytes(self) -> int | None:
+        """Static shared memory per block in bytes."""
+        return self._impl.shared_size_bytes if self.backend == "gpu" else None
+
+    @property
+    def local_bytes(self) -> int | None:
+        """Local memory (register spills, stack arrays) per thread in bytes."""
+        return self._impl.local_size_bytes if self.backend == "gpu" else None
+
+    @property
+    def max_threads_per_block(self) -> int:
+        return self._impl.max_threads_per_block if self.backend == "gpu" else 1024
+
+    def convert(self, args: Sequence[Any]) -> list[Any]:
+        """Check arguments against the C signature; turn Python scalars into the declared C type."""
+        if len(args) != len(self.params):
+            sig = ", ".join(p.ctype + " " + p.name for p in self.params)
+            raise TypeError(f"{self.name}({sig}) takes {len(self.params)} arguments, got {len(args)}")
+        out = []
+        xp = _backend.xp()
+        for p, a in zip(self.params, args):
+            if p.is_pointer:
+                if isinstance(a, np.ndarray) and xp is not np:
+                    raise TypeError(
+                        f"argument {p.name!r} of {self.name} is a NumPy array in host memory; "
+                        "copy it to the GPU first with cudl.xp.asarray(...)")
+                if not hasattr(a, "dtype") or not hasattr(a, "data"):
+                    raise TypeError(f"argument {p.name!r} of {self.name} is {p.ctype}: pass an array, "
+                                    f"not {type(a).__name__}")
+                want = POINTER_DTYPES.get(p.base)
+                if want and a.dtype not in want:
+                    raise TypeError(f"argument {p.name!r} of {self.name} is {p.ctype} but the array is "
+                                    f"{a.dtype}: convert it with .astype({want[0].name})")
+                out.append(a)
+            else:
+                kind = SCALAR_TYPES.get(p.base)
+                if kind is None:
+                    out.append(a)  # struct or vector type passed by value: trust the caller
+                elif hasattr(a, "shape") and getattr(a, "ndim", 0) > 0:
+                    raise TypeError(f"argument {p.name!r} of {self.name} is a scalar {p.ctype}, got an array")
+                else:
+                    out.append(kind(a))
+        return out
+
+    def __call__(self, grid: int | Sequence[int], block: int | Sequence[int], args: Sequence[Any],
+                 shared_mem: int = 0) -> None:
+        g, b = _dim3(grid, "grid"), _dim3(block, "block")
+        if b[0] * b[1] * b[2] > 1024:
+            raise ValueError(f"block {b} has {b[0] * b[1] * b[2]} threads; the limit is 1024 per block")
+        conv = self.convert(args)
+        if self.backend == "gpu":
+            if shared_mem > 48 * 1024:  # above 48 KiB a kernel must opt in to more dynamic shared memory
+                self._impl.max_dynamic_shared_size_bytes = shared_mem
+            self._impl(g, b, tuple(conv), shared_mem=shared_mem)
+        else:
+            self._impl.launch(self.name, g, b, conv, self.params, shared_mem)
+
+    def __repr__(self) -> str:
+        res = "" if self.backend != "gpu" else (
+            f", {self.num_regs} registers, {self.shared_bytes} B static shared, {self.local_bytes} B local")
+        return f"<kernel {self.name} from {self.shown} on {self.backend}{res}>"
+
+
+@functools.lru_cache(maxsize=256)
+def _gpu_module(source: str, shown: str, options: tuple[str, ...], names: tuple[str, ...]) -> Any:
+    import cupy
+
+    mod = cupy.RawModule(code=with_line_directive(source, shown), options=("-std=c++17", *options),
+                         name_expressions=names or None)
+    try:
+        mod.compile()
+    except cupy.cuda.compiler.CompileException as exc:
+        raise CompileError(f"{shown} does not compile:\n" + format_log(str(exc), source, shown)) from None
+    return mod
+
+
+def load(file_or_source: str, name: str, *, options: Sequence[str] = (),
+         name_expressions: Sequence[str] = ()) -> Kernel:
+    """Compile kernel `name` from a file under kernels_src/ (or CUDA source text) for this backend.
+
+    `name` may be a template instance such as `"gelu<__half>"`; it is then compiled as a name expression.
+    """
+    source, shown = resolve(file_or_source)
+    names = tuple(dict.fromkeys([*name_expressions, *([name] if "<" in name else [])]))
+    params = parse_params(source, name)
+    if _backend.on_gpu():
+        mod = _gpu_module(source, shown, tuple(options), names)
+        return Kernel(name, params, shown, mod.get_function(name), "gpu")
+    from . import emulator
+
+    mod = emulator.compile_module(source, shown, tuple(options), names)
+    return Kernel(name, params, shown, mod, "emulator")

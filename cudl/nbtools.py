@@ -1,0 +1,249 @@
+"""Notebook maintenance for the book (run by `make sync` and `make execute`, not by readers).
+
+    python -m cudl.nbtools sync       # md -> ipynb pairs, bootstrap cells, exercises from solutions
+    python -m cudl.nbtools check      # pairs in sync, outputs not stale, exercises up to date
+    python -m cudl.nbtools execute NB...  # run on a GPU, stamp the code hash, regenerate exercises
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import datetime as _dt
+import hashlib
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+from .compile import KERNELS_DIR, ROOT
+
+PAIRED_DIRS = ("chapters", "solutions")
+BOOTSTRAP_MARK = "# cudl bootstrap"
+CHECK_MARK = "# NBVAL_CHECK_OUTPUT"
+
+
+def repository_url() -> str:
+    """`repository.url` from _config.yml: the one place the book's address is written."""
+    import yaml
+
+    return yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]["url"]
+
+
+def bootstrap_source(url: str) -> str:
+    """The first code cell of every notebook: on Colab, fetch the book's code and install cudl."""
+    return f'''{BOOTSTRAP_MARK} (written by `make sync` from _config.yml; on Colab it fetches the book's code)
+import importlib.util, os, subprocess, sys
+if importlib.util.find_spec("cudl") is None and ("google.colab" in sys.modules or "CUDL_REPO_URL" in os.environ):
+    repo = os.environ.get("CUDL_REPO_URL", "{url}")
+    subprocess.run(["git", "clone", "-q", "--depth=1", repo, "cuda-for-dl"], check=True)
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "-e", "cuda-for-dl"], check=True)
+    sys.path.insert(0, os.path.abspath("cuda-for-dl"))  # the running kernel does not see new .pth files
+import cudl
+cudl.setup()'''
+
+
+def slug_of(path: Path) -> str:
+    return path.stem
+
+
+# ------------------------------------------------------------------------------ hashing
+
+def code_hash(nb: Any, slug: str) -> str:
+    """Hash of what produced the outputs: every code cell and the chapter's kernel sources."""
+    h = hashlib.sha256()
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            h.update(cell.source.strip().encode() + b"\0")
+    kdir = KERNELS_DIR / slug
+    if kdir.is_dir():
+        for f in sorted(kdir.rglob("*")):
+            if f.is_file():
+                h.update(f.relative_to(KERNELS_DIR).as_posix().encode() + b"\0" + f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def has_outputs(nb: Any) -> bool:
+    return any(c.cell_type == "code" and c.get("outputs") for c in nb.cells)
+
+
+# ------------------------------------------------------------------------------ exercises
+
+_BEGIN = re.compile(r"^\s*(#|//|<!--)\s*BEGIN SOLUTION")
+_END = re.compile(r"^\s*(#|//|<!--)\s*END SOLUTION")
+_STUB = re.compile(r"^(\s*)(#|//)\s*STUB:\s?(.*)$")
+
+
+def strip_solution(text: str) -> str:
+    """Drop BEGIN/END SOLUTION blocks; turn `# STUB: code` / `// STUB: code` lines into `code`."""
+    out, skipping = [], False
+    for line in text.splitlines():
+        if _BEGIN.match(line):
+            skipping = True
+        elif _END.match(line):
+            skipping = False
+        elif not skipping:
+            m = _STUB.match(line)
+            out.append(m.group(1) + m.group(3) if m else line)
+    return "\n".join(out)
+
+
+def exercise_from_solution(sol: Any) -> Any:
+    """The exercise notebook: stubs instead of solutions; only the checked PASS lines kept as outputs."""
+    ex = copy.deepcopy(sol)
+    for cell in ex.cells:
+        cell.source = strip_solution(cell.source)
+        if cell.cell_type == "code":
+            if CHECK_MARK not in cell.source:
+                cell.outputs = []
+                cell.execution_count = None
+    ex.metadata.pop("jupytext", None)
+    ex.metadata["cudl"] = {"generated_from": f"solutions/{sol.metadata.get('cudl', {}).get('slug', '')}"}
+    return ex
+
+
+# ------------------------------------------------------------------------------ sync
+
+def _read_md(path: Path) -> Any:
+    import jupytext
+
+    return jupytext.read(path)
+
+
+def _write_ipynb(nb: Any, path: Path) -> None:
+    import nbformat
+
+    nbformat.write(nb, path)
+
+
+def set_bootstrap(nb: Any, url: str) -> bool:
+    """Make the first code cell the bootstrap cell; return True if it changed."""
+    src = bootstrap_source(url)
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            if cell.source.startswith(BOOTSTRAP_MARK):
+                changed = cell.source != src
+                cell.source = src
+                return changed
+            break
+    raise ValueError("the first code cell of a notebook must start with '# cudl bootstrap'")
+
+
+def paired(root: Path = ROOT) -> list[tuple[Path, Path]]:
+    return [(md, md.with_suffix(".ipynb")) for d in PAIRED_DIRS for md in sorted((root / d).glob("*.md"))]
+
+
+def sync(root: Path = ROOT) -> None:
+    """Write bootstrap cells into the .md sources, update the paired .ipynb, regenerate exercises."""
+    import jupytext
+    import nbformat
+    from jupytext.combine import combine_inputs_with_outputs
+
+    url = repository_url()
+    for md, ipynb in paired(root):
+        nb = _read_md(md)
+        if set_bootstrap(nb, url):
+            jupytext.write(nb, md, fmt="md:myst")
+            nb = _read_md(md)
+        if ipynb.exists():
+            old = nbformat.read(ipynb, as_version=4)
+            combine_inputs_with_outputs(nb, old, fmt="md:myst")
+            nb.metadata["cudl"] = old.metadata.get("cudl", {})
+        nb.metadata.setdefault("cudl", {})["slug"] = md.stem
+        nb.metadata["jupytext"] = {"formats": "ipynb,md:myst"}
+        _write_ipynb(nb, ipynb)
+        if md.parent.name == "solutions":
+            (root / "exercises").mkdir(exist_ok=True)
+            _write_ipynb(exercise_from_solution(nb), root / "exercises" / ipynb.name)
+        print(f"synced {ipynb.relative_to(root)}")
+
+
+# ------------------------------------------------------------------------------ check
+
+def problems(root: Path = ROOT) -> list[str]:
+    """Everything that makes the committed notebooks untrustworthy, as messages."""
+    import nbformat
+
+    out = []
+    url = repository_url()
+    for md, ipynb in paired(root):
+        rel = ipynb.relative_to(root)
+        if not ipynb.exists():
+            out.append(f"{rel} is missing: run `make sync`")
+            continue
+        text_nb, nb = _read_md(md), nbformat.read(ipynb, as_version=4)
+        a = [(c.cell_type, c.source.strip()) for c in text_nb.cells]
+        b = [(c.cell_type, c.source.strip()) for c in nb.cells]
+        if a != b:
+            out.append(f"{rel} is out of sync with {md.name}: run `make sync`")
+            continue
+        boot = next((c.source for c in nb.cells if c.cell_type == "code"), "")
+        if boot != bootstrap_source(url):
+            out.append(f"{rel}: bootstrap cell differs from _config.yml's repository.url: run `make sync`")
+        stamp = nb.metadata.get("cudl", {})
+        if has_outputs(nb) and stamp.get("code_hash") != code_hash(nb, md.stem):
+            out.append(f"{rel}: stored outputs were produced by other code (hash {stamp.get('code_hash')}, "
+                       f"now {code_hash(nb, md.stem)}): re-execute on a GPU with `make execute`")
+        if md.parent.name == "solutions":
+            ex_path = root / "exercises" / ipynb.name
+            want = exercise_from_solution(nb)
+            if not ex_path.exists():
+                out.append(f"exercises/{ipynb.name} is missing: run `make sync`")
+            else:
+                have = nbformat.read(ex_path, as_version=4)
+                if [(c.source, c.get("outputs")) for c in have.cells] != [(c.source, c.get("outputs"))
+                                                                          for c in want.cells]:
+                    out.append(f"exercises/{ipynb.name} differs from its solution: run `make sync`")
+    return out
+
+
+# ------------------------------------------------------------------------------ execute (GPU)
+
+def execute(paths: list[Path], timeout: int = 600) -> None:
+    """Run notebooks top to bottom (on a GPU), store outputs and stamp the hash of the code that made them."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    from .env import gpu_name
+
+    failed = []
+    for path in paths:
+        path = path.resolve()
+        nb = nbformat.read(path, as_version=4)
+        try:
+            NotebookClient(nb, timeout=timeout, kernel_name="python3",
+                           resources={"metadata": {"path": str(path.parent)}}).execute()
+        except Exception as exc:  # keep going: one broken notebook should not cost the others' GPU time
+            print(f"FAILED {path.name}: {str(exc)[-2000:]}", flush=True)
+            failed.append(path.name)
+            continue
+        nb.metadata.setdefault("cudl", {}).update(
+            slug=path.stem, code_hash=code_hash(nb, path.stem), executed_on=gpu_name(),
+            executed=_dt.date.today().isoformat())
+        _write_ipynb(nb, path)
+        if path.parent.name == "solutions":
+            _write_ipynb(exercise_from_solution(nb), path.parents[1] / "exercises" / path.name)
+        print(f"executed {path.name} on {gpu_name()}", flush=True)
+    if failed:
+        raise SystemExit(f"{len(failed)} notebook(s) failed: {', '.join(failed)} (their old outputs are kept)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m cudl.nbtools")
+    ap.add_argument("command", choices=["sync", "check", "execute"])
+    ap.add_argument("notebooks", nargs="*", type=Path)
+    args = ap.parse_args(argv)
+    if args.command == "sync":
+        sync()
+    elif args.command == "check":
+        msgs = problems()
+        for m in msgs:
+            print(m)
+        return 1 if msgs else 0
+    else:
+        execute(args.notebooks or [ipynb for _, ipynb in paired()])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,84 @@
+"""The book's three plots: a roofline, bars of variants against the library, and a rate-vs-size sweep."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+from .bench import Timing
+from .ceilings import ceilings
+from .env import gpu_name
+
+LIBRARY_COLOR = "#444444"
+
+
+def roofline(points: Sequence[Timing], *, compute: str = "fp32", ax: Any = None) -> Any:
+    """Measured roofline (copy bandwidth, cuBLAS rate) with each timing placed at its arithmetic intensity."""
+    c = ceilings()
+    bw, peak = c["copy_gbps"] / 1e3, c["gemm_tflops"][compute]  # TB/s and TFLOP/s
+    ax = ax or plt.subplots(figsize=(6.5, 4.2))[1]
+    x = np.logspace(-2, 4, 200)
+    ax.loglog(x, np.minimum(bw * x, peak), color=LIBRARY_COLOR, lw=2,
+              label=f"roofline: {c['copy_gbps']:,.0f} GB/s copy, {peak:.1f} TFLOP/s cuBLAS {compute}")
+    ax.axvline(peak / bw, color=LIBRARY_COLOR, ls=":", lw=1)
+    for t in points:
+        if not (t.flops and t.bytes):
+            raise ValueError(f"{t.name}: a roofline point needs both flops and bytes")
+        ax.loglog(t.flops / t.bytes, t.tflops, "o", ms=8, label=f"{t.name} ({t.tflops:.2f} TFLOP/s)")
+    ax.set(xlabel="arithmetic intensity (FLOP/byte)", ylabel="TFLOP/s", title=f"Roofline on {gpu_name()}")
+    ax.legend(fontsize=8, loc="lower right")
+    ax.grid(True, which="both", alpha=0.3)
+    return ax
+
+
+def bars(timings: Sequence[Timing], *, baseline: Timing | None = None, metric: str = "gbps",
+         ceiling: bool = True, ax: Any = None) -> Any:
+    """Horizontal bars of variants (GB/s, TFLOP/s or % of baseline), the library drawn in grey."""
+    labels = {"gbps": "GB/s", "tflops": "TFLOP/s", "pct": "% of baseline"}
+    if metric not in labels:
+        raise ValueError(f"metric must be one of {sorted(labels)}")
+    rows = [*timings, *([baseline] if baseline else [])]
+
+    def value(t: Timing) -> float:
+        if metric == "pct":
+            if baseline is None:
+                raise ValueError("metric='pct' needs a baseline")
+            return 100 * baseline.ms / t.ms
+        v = getattr(t, metric)
+        if v is None:
+            raise ValueError(f"{t.name} has no {metric}: pass bytes= or flops= to cudl.bench")
+        return v
+
+    vals = [value(t) for t in rows]
+    ax = ax or plt.subplots(figsize=(6.5, 0.45 * len(rows) + 1.2))[1]
+    colors = ["C0"] * len(timings) + ([LIBRARY_COLOR] if baseline else [])
+    ax.barh([t.name for t in rows], vals, color=colors)
+    ax.invert_yaxis()
+    for i, v in enumerate(vals):
+        ax.text(v, i, f" {v:,.0f}" if v >= 10 else f" {v:.2f}", va="center", fontsize=8)
+    if ceiling and metric == "gbps":
+        ax.axvline(ceilings()["copy_gbps"], color="C3", ls="--", label="measured copy bandwidth")
+        ax.legend(fontsize=8, loc="lower right")
+    if metric == "pct":
+        ax.axvline(100, color=LIBRARY_COLOR, ls="--")
+    ax.set(xlabel=labels[metric], title=f"{gpu_name()}")
+    return ax
+
+
+def rate_vs_size(sizes: Sequence[float], series: Mapping[str, Sequence[Timing]], *, metric: str = "gbps",
+                 xlabel: str = "bytes moved", library: str | None = None, ax: Any = None) -> Any:
+    """Rate against problem size (log x), one line per kernel; `library` names the baseline series."""
+    ax = ax or plt.subplots(figsize=(6.5, 4.2))[1]
+    for name, ts in series.items():
+        style = dict(color=LIBRARY_COLOR, ls="--") if name == library else dict(ls="-")
+        ax.semilogx(sizes, [getattr(t, metric) for t in ts], marker="o", ms=3, label=name, **style)
+    if metric == "gbps":
+        ax.axhline(ceilings()["copy_gbps"], color="C3", ls=":", label="measured copy bandwidth")
+    ax.set(xlabel=xlabel, ylabel={"gbps": "GB/s", "tflops": "TFLOP/s", "ms": "ms"}[metric],
+           title=f"{gpu_name()}")
+    ax.legend(fontsize=8)
+    ax.grid(True, which="both", alpha=0.3)
+    return ax

@@ -1,0 +1,7 @@
+// Mutant: reads table row r (the output row) instead of table row idx[r] (the token's row).
+extern "C" __global__ void embedding_gather(const float* __restrict__ table, const int* __restrict__ idx,
+                                            float* __restrict__ out, int n_idx, int dim) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    int r = blockIdx.y;
+    if (r < n_idx && c < dim) out[(long long)r * dim + c] = table[(long long)r * dim + c];
+}

@@ -1,0 +1,13 @@
+// Mutant: no bounds checks: edge tiles read past the end of `in` and write past the end of `out`.
+#define TILE 32
+
+extern "C" __global__ void transpose(const float* __restrict__ in, float* __restrict__ out, int rows, int cols) {
+    __shared__ float tile[TILE][TILE + 1];
+    int col = blockIdx.x * TILE + threadIdx.x;
+    int row = blockIdx.y * TILE + threadIdx.y;
+    tile[threadIdx.y][threadIdx.x] = in[(long long)row * cols + col];
+    __syncthreads();
+    int out_row = blockIdx.x * TILE + threadIdx.y;
+    int out_col = blockIdx.y * TILE + threadIdx.x;
+    out[(long long)out_row * rows + out_col] = tile[threadIdx.x][threadIdx.y];
+}

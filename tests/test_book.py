@@ -1,0 +1,268 @@
+"""The website: _toc.yml against book/coming/, the Scoreboard page, and every built page in a real browser.
+
+The browser tests need the built book (`_build/html`; `make test` builds it first and sets
+CUDL_BOOK_BUILT=1) and Debian's chromium (`make browser` installs it), driven by Playwright's Python
+package; they are skipped when either is missing. No browser is ever downloaded.
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import json
+import os
+import re
+import threading
+from pathlib import Path
+from urllib.parse import unquote, urljoin, urlsplit
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+HTML = ROOT / "_build" / "html"
+CHROMIUM = Path("/usr/bin/chromium")
+CONFIG = yaml.safe_load((ROOT / "_config.yml").read_text())
+TOC = yaml.safe_load((ROOT / "_toc.yml").read_text())
+
+# Pages that come from notebooks a reader runs: each must have a Colab link to its own .ipynb.
+NOTEBOOK_DIRS = ("chapters", "exercises")
+# Hosts a page may load from (stubbed here, so the test needs no network): MathJax and the widget manager
+# (jsdelivr), thebe (unpkg), require.js for stored widget outputs such as tqdm bars (cdnjs).
+EXTERNAL_OK = {"cdn.jsdelivr.net", "unpkg.com", "cdnjs.cloudflare.com"}
+
+
+def toc_files(node: object) -> list[str]:
+    """Every `file:` entry of _toc.yml, in order (root included)."""
+    if isinstance(node, dict):
+        own = [node[k] for k in ("root", "file") if k in node]
+        return own + [f for v in node.values() for f in toc_files(v)]
+    if isinstance(node, list):
+        return [f for v in node for f in toc_files(v)]
+    return []
+
+
+# --- _toc.yml and book/coming/ --------------------------------------------------------------------
+
+
+def number(entry: str) -> str:
+    """'book/coming/05-matmul' -> '05'."""
+    return Path(entry).name[:2]
+
+
+def test_toc_chapters_and_coming_pages_agree() -> None:
+    """A written chapter (chapters/NN-slug) has no 'coming' page left, and a 'coming' page no chapter."""
+    entries = toc_files(TOC)
+    chapters = [e for e in entries if re.fullmatch(r"chapters/\d\d-[\w-]+", e)]
+    coming = [e for e in entries if e.startswith("book/coming/")]
+    coming_files = sorted(p.relative_to(ROOT).with_suffix("").as_posix() for p in (ROOT / "book/coming").glob("*.md"))
+    problems = []
+    for e in chapters:
+        problems += [f"{e} is written: delete {c}.md and its _toc.yml entry" for c in set(coming) | set(coming_files)
+                     if number(c) == number(e)]
+    for c in coming_files:
+        if c not in coming and not any(number(e) == number(c) for e in chapters):
+            problems.append(f"{c}.md is in no _toc.yml entry: list it (or delete it if its chapter is written)")
+    numbers = [number(e) for e in chapters + coming]
+    problems += [f"chapter {n} appears {numbers.count(n)} times in _toc.yml" for n in sorted(set(numbers))
+                 if numbers.count(n) > 1]
+    assert not problems, "\n".join(problems)
+
+
+def test_toc_entries_exist() -> None:
+    """Every _toc.yml entry is a file; chapters and exercises as .ipynb (the book renders those)."""
+    missing = []
+    for e in toc_files(TOC):
+        suffixes = (".ipynb",) if e.startswith(NOTEBOOK_DIRS) else (".md", ".ipynb")
+        if not any((ROOT / f"{e}{s}").is_file() for s in suffixes):
+            missing.append(f"{e}{suffixes[0]}")
+    assert not missing, f"_toc.yml lists files that do not exist: {missing}"
+
+
+# --- the Scoreboard page --------------------------------------------------------------------------
+
+
+def _execute_scoreboard(bench_dir: Path, monkeypatch: pytest.MonkeyPatch):
+    jupytext = pytest.importorskip("jupytext")
+    nbclient = pytest.importorskip("nbclient")
+    monkeypatch.setenv("CUDL_BENCHMARKS_DIR", str(bench_dir))
+    monkeypatch.delenv("MPLBACKEND", raising=False)
+    nb = jupytext.read(ROOT / "book" / "scoreboard.md")
+    nbclient.NotebookClient(nb, timeout=120, kernel_name="python3",
+                            resources={"metadata": {"path": str(ROOT / "book")}}).execute()
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
+    markdown = "\n".join(o["data"].get("text/markdown", "") for o in outputs if "data" in o)
+    images = [o for o in outputs if "data" in o and "image/png" in o["data"]]
+    return markdown, images
+
+
+def _sample_records(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Benchmarks written by the real cudl.record, with the GPU faked."""
+    import importlib
+
+    from cudl.bench import Timing
+
+    env, record = importlib.import_module("cudl.env"), importlib.import_module("cudl.record")  # cudl.record: a function
+
+    monkeypatch.setattr(record, "on_gpu", lambda: True)
+    monkeypatch.setattr(Timing, "pct_of_ceiling", lambda self: (91.0, "measured copy bandwidth") if self.bytes
+                        else (40.0, f"cuBLAS {self.compute}"))
+    for gpu, scale in (("NVIDIA H100 80GB HBM3", 1.0), ("Tesla T4", 10.0)):
+        monkeypatch.setattr(env, "device_info", lambda gpu=gpu: {
+            "gpu": gpu, "cc": "9.0", "driver": "12.8", "runtime": "12.8", "cupy": "13.4.0", "torch": None,
+            "numpy": "2.2.0"})
+        n = 2**26
+        vadd = Timing("vector_add", 0.25 * scale, 0.24 * scale, 0.26 * scale, 50, bytes=12 * n)
+        torch_add = Timing("torch.add", 0.26 * scale, 0.25 * scale, 0.27 * scale, 50, bytes=12 * n)
+        mm = Timing("matmul_1_naive", 20 * scale, 19 * scale, 21 * scale, 20, flops=2 * 4096**3)
+        out = path / f"{record.gpu_slug(gpu)}.json"
+        record.record(vadd, chapter="01-first-kernel", shape=n, dtype="float32", baseline=torch_add, path=out)
+        record.record(mm, chapter="05-matmul", shape=(4096, 4096, 4096), dtype="float32", path=out)
+
+
+def test_scoreboard_without_records(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    markdown, images = _execute_scoreboard(tmp_path / "none", monkeypatch)
+    assert "No runs recorded yet" in markdown
+    assert not images
+
+
+def test_scoreboard_with_records(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _sample_records(tmp_path, monkeypatch)
+    assert len(json.loads((tmp_path / "tesla-t4.json").read_text())) == 2
+    markdown, images = _execute_scoreboard(tmp_path, monkeypatch)
+    assert "No runs recorded yet" not in markdown
+    for expected in ("{rubric} NVIDIA H100 80GB HBM3", "{rubric} Tesla T4", "| `vector_add` |", "`matmul_1_naive`",
+                     "3,221 GB/s (91%)", "1.04× torch.add", "2{sup}`26` float32", "(40%)"):
+        assert expected in markdown, f"{expected!r} not in the Scoreboard's tables:\n{markdown}"
+    assert len(images) == 2, "one plot per GPU"
+
+
+# --- every built page in chromium -----------------------------------------------------------------
+
+BUILT = (HTML / "index.html").is_file()
+PAGES = sorted(p.relative_to(HTML).as_posix() for p in HTML.rglob("*.html")
+               if p.relative_to(HTML).parts[0] not in ("_static", "_sources", "_images")
+               and p.name not in ("search.html", "genindex.html")) if BUILT else []
+
+
+def _skip_reason() -> str | None:
+    if not BUILT:
+        if os.environ.get("CUDL_BOOK_BUILT") == "1":
+            pytest.fail("CUDL_BOOK_BUILT=1 but _build/html/index.html does not exist")
+        return "the book is not built (make test builds it first)"
+    if not CHROMIUM.is_file():
+        return f"{CHROMIUM} not installed (make browser installs Debian's chromium)"
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        return "playwright (Python package) not installed"
+    return None
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+        pass
+
+
+@pytest.fixture(scope="module")
+def site():
+    """(base URL of _build/html served locally, a chromium browser)."""
+    reason = _skip_reason()
+    if reason:
+        pytest.skip(reason)
+    from playwright.sync_api import sync_playwright
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_QuietHandler, directory=HTML))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_address[1]}/"
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=str(CHROMIUM),
+                                     args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"])
+        try:
+            yield base, browser
+        finally:
+            browser.close()
+            server.shutdown()
+
+
+def _colab_url(page: str) -> str:
+    repo = urlsplit(CONFIG["repository"]["url"]).path.strip("/").removesuffix(".git")
+    branch = CONFIG["repository"].get("branch", "main")
+    return f"{CONFIG['launch_buttons']['colab_url'].rstrip('/')}/github/{repo}/blob/{branch}/" \
+           f"{page.removesuffix('.html')}.ipynb"
+
+
+_IMAGES_NOT_LOADED = """async () => {
+    const imgs = [...document.images];
+    for (const img of imgs) img.loading = "eager";
+    await Promise.all(imgs.map(img => img.complete ? null : new Promise(done => {
+        img.addEventListener("load", done); img.addEventListener("error", done); setTimeout(done, 5000);
+    })));
+    return imgs.filter(img => !(img.naturalWidth > 0)).map(img => img.currentSrc || img.src);
+}"""
+
+
+def test_every_toc_entry_is_a_page() -> None:
+    if not BUILT:
+        pytest.skip(_skip_reason() or "")
+    missing = [e for e in toc_files(TOC) if not (HTML / f"{e}.html").is_file()]
+    assert not missing, f"in _toc.yml but not built: {missing}"
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("page", PAGES or [pytest.param("", marks=pytest.mark.skip(reason="the book is not built"))])
+def test_page_in_browser(site, page: str) -> None:
+    """No console error, no failed request, every image loaded, local links resolve, the right Colab link.
+
+    Also: no `{{ repository_url }}`-style token left unsubstituted.
+    """
+    base, browser = site
+    problems: list[str] = []
+    external: set[str] = set()
+    tab = browser.new_page()
+
+    def route(r) -> None:
+        url = r.request.url
+        if url.startswith(base):
+            r.continue_()
+        else:  # no network needed: other hosts get an empty answer, and are checked against EXTERNAL_OK
+            external.add(urlsplit(url).hostname or url)
+            r.fulfill(status=200, body="")
+
+    tab.route("**/*", route)
+    tab.on("console", lambda m: problems.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
+    tab.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+    tab.on("requestfailed", lambda r: problems.append(f"request failed: {r.url} ({r.failure})"))
+    tab.on("response", lambda r: problems.append(f"HTTP {r.status}: {r.url}") if r.status >= 400 else None)
+    try:
+        tab.goto(base + page, wait_until="load", timeout=30_000)
+        if page == "index.html":  # a redirect to the root page of _toc.yml
+            tab.wait_for_url(f"{base}{TOC['root']}.html", wait_until="load", timeout=30_000)
+        problems += [f"image not loaded: {src}" for src in tab.evaluate(_IMAGES_NOT_LOADED)]
+        hrefs = tab.eval_on_selector_all("a[href]", "els => els.map(e => e.getAttribute('href'))")
+        here = tab.url
+        if "{{ repository_" in tab.content():
+            problems.append("a {{ repository_... }} token was not substituted (book/_ext/cudl_book.py)")
+    finally:
+        tab.close()
+    problems += [f"loads from an unexpected host: {h}" for h in sorted(external - EXTERNAL_OK)]
+
+    for href in hrefs:  # links inside the book point to files that exist
+        target = urljoin(here, href)
+        if target.startswith(base) and not href.startswith(("mailto:", "javascript:")):
+            path = unquote(urlsplit(target).path)[len(urlsplit(base).path):]
+            if not (HTML / path).exists() and not (HTML / path / "index.html").exists():
+                problems.append(f"broken link: {href}")
+
+    colab = sorted({h for h in hrefs if h.startswith("https://colab.research.google.com/")})
+    if page.startswith(tuple(d + "/" for d in NOTEBOOK_DIRS)):
+        expected = _colab_url(page)
+        if colab != [expected]:
+            problems.append(f"Colab link {colab}, expected [{expected}]")
+        notebook = ROOT / f"{page.removesuffix('.html')}.ipynb"
+        if not notebook.is_file():
+            problems.append(f"the Colab link points to {notebook.relative_to(ROOT)}, which is not in the repository")
+    elif colab:
+        problems.append(f"Colab link on a page that is not a notebook: {colab}")
+    assert not problems, f"{page}:\n" + "\n".join(problems)
+

@@ -1,0 +1,231 @@
+"""Unit tests of cudl that need no GPU."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import cudl
+from cudl import nbtools
+from cudl.bench import Timing
+from cudl.ceilings import datasheet
+from cudl.check import compare
+from cudl.compile import format_log, kernel_names, nvrtc_compile, parse_params, resolve
+from cudl.errors import CompileError
+from cudl.record import gpu_slug
+
+SRC = """// a comment mentioning __global__ void fake(int x)
+template <typename T, int BLOCK>
+__global__ void __launch_bounds__(256) gelu(const T* __restrict__ x, T* __restrict__ y, int64_t n) {}
+
+extern "C" __global__ void vector_add(const float* __restrict__ a, const float* b,
+                                      float* out, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = a[i] + b[i];
+}
+"""
+
+
+# ------------------------------------------------------------------------------ compile.py
+
+def test_kernel_names_skip_comments():
+    assert kernel_names(SRC) == ["gelu", "vector_add"]
+
+
+def test_parse_params_plain_and_template():
+    p = parse_params(SRC, "vector_add")
+    assert [(q.name, q.ctype, q.is_pointer, q.base) for q in p] == [
+        ("a", "const float*", True, "float"), ("b", "const float*", True, "float"),
+        ("out", "float*", True, "float"), ("n", "int", False, "int")]
+    g = parse_params(SRC, "gelu<__half, 128>")
+    assert [(q.name, q.ctype) for q in g] == [("x", "const __half*"), ("y", "__half*"), ("n", "int64_t")]
+
+
+def test_parse_params_unknown_kernel_lists_known():
+    with pytest.raises(CompileError, match="gelu, vector_add"):
+        parse_params(SRC, "saxpy")
+
+
+def test_resolve_source_and_missing_file():
+    assert resolve(SRC) == (SRC, "<kernel source>")
+    with pytest.raises(FileNotFoundError, match="kernels_src"):
+        resolve("no-such-chapter/none.cu")
+
+
+def test_format_log_nvrtc_and_gcc_styles():
+    src = "line one\nline two\nline three\n"
+    nv = format_log('k.cu(2): error: identifier "x" is undefined\n', src, "k.cu")
+    assert nv.splitlines()[0] == 'k.cu:2: error: identifier "x" is undefined'
+    assert ">   2 | line two" in nv
+    gcc = format_log("k.cu:3:5: error: expected ';' before '}' token\n", src, "k.cu")
+    assert gcc.splitlines()[0] == "k.cu:3: error: expected ';' before '}' token"
+    assert ">   3 | line three" in gcc
+
+
+def test_nvrtc_compile_error_points_at_the_line():
+    pytest.importorskip("cuda.bindings")
+    bad = 'extern "C" __global__ void f(float* x) {\n    x[threadIdx.x] = y;\n}\n'
+    with pytest.raises(CompileError) as exc:
+        nvrtc_compile(bad, "kernels_src/demo/f.cu", "sm_75")
+    text = str(exc.value)
+    assert "kernels_src/demo/f.cu:2: error" in text and "x[threadIdx.x] = y;" in text
+
+
+# ------------------------------------------------------------------------------ check.py
+
+def test_compare_passes_close_and_fails_nan():
+    ref = np.random.default_rng().standard_normal(1000)
+    assert compare(ref.astype(np.float32), ref).ok
+    out = ref.astype(np.float32)
+    out[17] = np.nan
+    c = compare(out, ref)
+    assert not c.ok and c.n_bad == 1 and c.worst_index == (17,)
+
+
+def test_compare_catches_one_wrong_element_and_shape():
+    ref = np.random.default_rng().standard_normal((64, 33))
+    out = ref.astype(np.float32)
+    out[5, 7] += 0.5
+    c = compare(out, ref)
+    assert not c.ok and c.worst_index == (5, 7) and "1 of 2112" in str(c)
+    assert not compare(np.zeros(10, np.float32), np.zeros(11)).ok
+
+
+def test_compare_integers_exact_and_infinities():
+    assert compare(np.arange(5), np.arange(5)).ok
+    assert not compare(np.array([0, 1, 3]), np.array([0, 1, 2])).ok
+    assert compare(np.array([np.inf, 1.0], np.float32), np.array([np.inf, 1.0])).ok
+
+
+def test_check_raises_with_worst_element():
+    ref = np.ones(8)
+    with pytest.raises(AssertionError, match=r"worst at \[3\]"):
+        out = np.ones(8, np.float32)
+        out[3] = 2
+        cudl.check(out, ref)
+
+
+def test_poisoned_and_randn_are_fresh():
+    p = cudl.poisoned(10)
+    assert np.isnan(cudl.to_numpy(p)).all()
+    assert (cudl.to_numpy(cudl.poisoned(4, np.int32)) == np.iinfo(np.int32).max).all()
+    a, b = cudl.randn(100), cudl.randn(100)
+    assert not np.array_equal(cudl.to_numpy(a), cudl.to_numpy(b))
+
+
+# ------------------------------------------------------------------------------ kernel.py (argument checks)
+
+def _fake_kernel():
+    return cudl.Kernel("vector_add", parse_params(SRC, "vector_add"), "<src>", None, "emulator")
+
+
+def test_convert_python_scalars_to_c_types():
+    k = _fake_kernel()
+    a = np.zeros(4, np.float32)
+    args = k.convert([a, a, a, 4])
+    assert args[3].dtype == np.int32
+
+
+def test_convert_rejects_wrong_dtype_and_count():
+    k = _fake_kernel()
+    a, d = np.zeros(4, np.float32), np.zeros(4)
+    with pytest.raises(TypeError, match="float64"):
+        k.convert([a, d, a, 4])
+    with pytest.raises(TypeError, match="takes 4 arguments"):
+        k.convert([a, a, 4])
+    with pytest.raises(ValueError, match="1024"):
+        k((1,), (64, 32), [a, a, a, 4])
+
+
+# ------------------------------------------------------------------------------ bench / ceilings / record
+
+def test_timing_rates():
+    t = Timing("copy", ms=2.0, q1_ms=1.9, q3_ms=2.1, runs=10, bytes=4e9, flops=1e12)
+    assert t.gbps == pytest.approx(2000) and t.tflops == pytest.approx(500)
+    assert t.speedup_over(Timing("slow", 4.0, 4.0, 4.0, 10)) == pytest.approx(2.0)
+    assert "2,000 GB/s" in str(t)
+
+
+def test_bench_and_ceilings_say_gpu_only():
+    with pytest.raises(cudl.GpuOnly, match="needs a CUDA GPU"):
+        cudl.bench(lambda: None)
+    with pytest.raises(cudl.GpuOnly):
+        cudl.ceilings()
+
+
+def test_datasheet_matches_device_names():
+    assert datasheet("NVIDIA H100 80GB HBM3")["sms"] == 132
+    assert datasheet("Tesla T4")["bw"] == 320
+    assert datasheet("NVIDIA GeForce RTX 4090")["l2_mb"] == 72
+    assert datasheet("NVIDIA A100-SXM4-80GB")["fp32"] == 19.5
+    assert datasheet("Some Future GPU") is None
+
+
+def test_record_is_a_no_op_without_gpu_and_slug():
+    t = Timing("k", 1.0, 1.0, 1.0, 10)
+    assert cudl.record(t, chapter="01-first-kernel", shape=1, dtype="float32") is None
+    assert gpu_slug("NVIDIA H100 80GB HBM3") == "nvidia-h100-80gb-hbm3"
+
+
+def test_size_and_banner_on_emulator():
+    assert cudl.size(gpu=1 << 26, emulator=1 << 12) == 1 << 12
+    assert "CPU emulator" in cudl.banner()
+
+
+# ------------------------------------------------------------------------------ nbtools
+
+def test_strip_solution_keeps_stub():
+    text = "a\n    // BEGIN SOLUTION\n    secret();\n    // END SOLUTION\n    // STUB: // TODO\nb"
+    assert nbtools.strip_solution(text) == "a\n    // TODO\nb"
+    assert nbtools.strip_solution("<!-- BEGIN SOLUTION -->\nanswer\n<!-- END SOLUTION -->\nq") == "q"
+
+
+def test_exercise_keeps_only_checked_outputs():
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    keep = nbformat.v4.new_code_cell("# NBVAL_CHECK_OUTPUT\ncudl.grade.saxpy(src)")
+    keep.outputs = [nbformat.v4.new_output("stream", text="PASS saxpy: 5/5 cases\n")]
+    drop = nbformat.v4.new_code_cell("src = '''\n// BEGIN SOLUTION\nx\n// END SOLUTION\n'''")
+    drop.outputs = [nbformat.v4.new_output("stream", text="noise\n")]
+    nb.cells = [drop, keep]
+    ex = nbtools.exercise_from_solution(nb)
+    assert ex.cells[0].outputs == [] and "x" not in ex.cells[0].source.splitlines()
+    assert ex.cells[1].outputs[0]["text"].startswith("PASS")
+
+
+def test_code_hash_follows_code_and_kernels(tmp_path, monkeypatch):
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("x = 1")]
+    monkeypatch.setattr(nbtools, "KERNELS_DIR", tmp_path)
+    (tmp_path / "99-demo").mkdir()
+    (tmp_path / "99-demo" / "k.cu").write_text("// v1")
+    h1 = nbtools.code_hash(nb, "99-demo")
+    (tmp_path / "99-demo" / "k.cu").write_text("// v2")
+    h2 = nbtools.code_hash(nb, "99-demo")
+    nb.cells[0].source = "x = 2"
+    assert len({h1, h2, nbtools.code_hash(nb, "99-demo")}) == 3
+
+
+def test_bootstrap_cell_reads_config_url():
+    url = nbtools.repository_url()
+    assert url.startswith("https://github.com/")
+    src = nbtools.bootstrap_source(url)
+    assert src.startswith(nbtools.BOOTSTRAP_MARK) and f'"{url}"' in src and src.endswith("cudl.setup()")
+
+
+def test_bf16_bits_round_trip_and_compare():
+    from cudl.check import bf16_to_float, compare, float_to_bf16
+
+    x = np.array([1.0, -2.5, 3.14159, 1e-3, 65504.0, np.inf], dtype=np.float32)
+    bits = float_to_bf16(x)
+    back = bf16_to_float(bits)
+    assert np.all(np.abs(back[:5] - x[:5]) <= 2**-8 * np.abs(x[:5]))
+    assert np.isinf(back[5])
+    assert float_to_bf16(np.float32(1.0 + 2**-8)) == 0x3F80  # a tie rounds to even
+    assert compare(bits, x.astype(np.float64)).ok
+    wrong = bits[:4].copy()
+    wrong[2] ^= 0x0040  # the top mantissa bit: off by a lot
+    assert not compare(wrong, x[:4].astype(np.float64)).ok
