@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from . import backend as _backend
-from .compile import Param, format_log, parse_params, resolve, with_line_directive
+from .compile import Param, cuda_include_dirs, format_log, parse_params, resolve, with_line_directive
 from .errors import CompileError
 
 # C parameter types and the NumPy types their arguments are converted to.
@@ -114,7 +114,9 @@ class Kernel:
 def _gpu_module(source: str, shown: str, options: tuple[str, ...], names: tuple[str, ...]) -> Any:
     import cupy
 
-    mod = cupy.RawModule(code=with_line_directive(source, shown), options=("-std=c++17", *options),
+    # A full toolkit's headers after CuPy's own: some pip layouts of CUDA 13 lack crt/mma.h (needed by WMMA).
+    extra = tuple(f"-I{d}" for d in cuda_include_dirs())
+    mod = cupy.RawModule(code=with_line_directive(source, shown), options=("-std=c++17", *options, *extra),
                          name_expressions=names or None)
     try:
         mod.compile()

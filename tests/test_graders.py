@@ -35,3 +35,13 @@ def test_mutant_is_refused(path):
     verdict = run(name, path.read_text(), quiet=True)
     print(verdict.line)
     assert verdict.status in ("FAIL", "CRASH", "TIMEOUT"), verdict.line
+
+
+def test_unsupported_kernel_is_a_clear_fail_on_the_emulator():
+    from cudl import on_gpu
+
+    if on_gpu():
+        pytest.skip("the emulator's limits only")
+    src = 'extern "C" __global__ void saxpy(int n, float a, const float* x, float* y) { asm volatile("membar.gl;"); }'
+    verdict = run("saxpy", src, quiet=True)
+    assert verdict.status == "FAIL" and "run this cell on a GPU" in verdict.line, verdict.line

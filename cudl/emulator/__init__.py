@@ -26,20 +26,23 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ..compile import Param, format_log, kernel_names, strip_comments, with_line_directive
+from ..compile import Param, format_log, strip_comments, with_line_directive
 from ..errors import CompileError, EmulatorUnsupported, KernelFault
 
 HERE = Path(__file__).resolve().parent
 INCLUDE = HERE / "include"
 RUNTIME_SRC = HERE / "runtime.cpp"
 CXX = os.environ.get("CXX", "g++")
-CXXFLAGS = ["-std=c++17", "-O2", "-shared", "-fPIC", "-pthread", "-w", "-fno-strict-aliasing", "-fwrapv",
-            "-fno-math-errno", "-fno-exceptions", "-fno-rtti", "-fvisibility=hidden"]
+BASE_FLAGS = ["-std=c++17", "-O2", "-shared", "-fPIC", "-pthread", "-w", "-fno-strict-aliasing", "-fwrapv",
+              "-fno-math-errno", "-fno-exceptions", "-fno-rtti", "-fvisibility=hidden"]
+OPTIONAL_FLAGS = ["-fno-finite-loops",  # a spin loop must spin (and time out) as on a GPU, not be deleted
+                  "-fstack-clash-protection"]  # big stack frames touch every page: overflow hits the guard page
 
 # Features the emulator cannot run: (regex on the source without comments, what the message calls it).
 UNSUPPORTED = [
@@ -62,12 +65,35 @@ class _Launch(ctypes.Structure):
         ("args", ctypes.POINTER(ctypes.c_void_p)),
         ("grid", ctypes.c_uint * 3), ("block", ctypes.c_uint * 3), ("shared_mem", ctypes.c_ulonglong),
         ("fibers", ctypes.c_int), ("workers", ctypes.c_int), ("stack_size", ctypes.c_ulonglong),
+        ("interruptible", ctypes.c_int),
         ("status", ctypes.c_int), ("is_write", ctypes.c_int), ("addr", ctypes.c_ulonglong),
         ("tid", ctypes.c_uint * 3), ("bid", ctypes.c_uint * 3), ("msg", ctypes.c_char * 1024),
     ]
 
 
 # ---------------------------------------------------------------------------- building
+
+@functools.lru_cache(maxsize=1)
+def cxxflags() -> tuple[str, ...]:
+    """BASE_FLAGS + the OPTIONAL_FLAGS this compiler accepts (older g++ and clang lack some), probed once."""
+    key = hashlib.sha256((_compiler_id() + " ".join(OPTIONAL_FLAGS)).encode()).hexdigest()[:16]
+    memo = cache_dir() / f"flags-{key}"
+    if memo.is_file():
+        return (*BASE_FLAGS, *memo.read_text().split())
+    ok = []
+    with tempfile.TemporaryDirectory(prefix="cudl-emu-") as tmp:
+        src = Path(tmp) / "probe.cpp"
+        src.write_text("int probe(int x) { return x + 1; }\n")
+        for flag in OPTIONAL_FLAGS:
+            proc = subprocess.run([CXX, *BASE_FLAGS, "-Werror", flag, str(src), "-o", str(Path(tmp) / "p.so")],
+                                  capture_output=True)
+            if proc.returncode == 0:
+                ok.append(flag)
+    tmp_memo = memo.with_suffix(f".{os.getpid()}.tmp")
+    tmp_memo.write_text(" ".join(ok))
+    os.replace(tmp_memo, memo)
+    return (*BASE_FLAGS, *ok)
+
 
 def cache_dir() -> Path:
     d = Path(os.environ.get("CUDL_CACHE") or Path.home() / ".cache" / "cudl") / "emulator"
@@ -100,13 +126,13 @@ def _pch_dir() -> list[str]:
     """
     if os.environ.get("CUDL_EMULATOR_PCH", "1") == "0":
         return []
-    key = hashlib.sha256((_compiler_id() + _prelude_hash() + " ".join(CXXFLAGS)).encode()).hexdigest()[:32]
+    key = hashlib.sha256((_compiler_id() + _prelude_hash() + " ".join(cxxflags())).encode()).hexdigest()[:32]
     d = cache_dir() / f"pch-{key}"
     if not (d / "cudl_prelude.h.gch").is_file():
         tmp = Path(tempfile.mkdtemp(prefix="pch-", dir=cache_dir()))
         tmp.chmod(0o755)
         (tmp / "cudl_prelude.h").write_bytes((INCLUDE / "cudl_prelude.h").read_bytes())
-        flags = [f for f in CXXFLAGS if f != "-shared"]
+        flags = [f for f in cxxflags() if f != "-shared"]
         proc = subprocess.run([CXX, *flags, f"-I{INCLUDE}", "-x", "c++-header", str(tmp / "cudl_prelude.h"),
                                "-o", str(tmp / "cudl_prelude.h.gch")], capture_output=True, text=True)
         if proc.returncode != 0:
@@ -121,7 +147,7 @@ def _pch_dir() -> list[str]:
 
 def _build(cpp_text: str, key_extra: str, extra_flags: list[str], what: str) -> tuple[Path, str]:
     """Compile C++ text to a cached shared library; return (path, "") or (path, compiler log) on failure."""
-    key = hashlib.sha256("\0".join([_compiler_id(), _prelude_hash(), " ".join(CXXFLAGS), key_extra,
+    key = hashlib.sha256("\0".join([_compiler_id(), _prelude_hash(), " ".join(cxxflags()), key_extra,
                                     " ".join(extra_flags), cpp_text]).encode()).hexdigest()[:32]
     out = cache_dir() / f"{what}-{key}.so"
     if out.is_file():
@@ -130,7 +156,7 @@ def _build(cpp_text: str, key_extra: str, extra_flags: list[str], what: str) -> 
         src = Path(tmp) / "kernel.cpp"
         src.write_text(cpp_text)
         so = Path(tmp) / "kernel.so"
-        proc = subprocess.run([CXX, *CXXFLAGS, *extra_flags, f"-I{INCLUDE}", str(src), "-o", str(so)],
+        proc = subprocess.run([CXX, *cxxflags(), *extra_flags, f"-I{INCLUDE}", str(src), "-o", str(so)],
                               capture_output=True, text=True)
         if proc.returncode != 0:
             return out, proc.stderr
@@ -162,6 +188,7 @@ def runtime() -> ctypes.CDLL:
     lib.cudl_take_printf.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
     lib.cudl_take_printf.restype = ctypes.c_size_t
     lib.cudl_printf_pending.restype = ctypes.c_size_t
+    lib.cudl_cancel.restype = None
     return lib
 
 
@@ -204,6 +231,18 @@ def rewrite(source: str, shown: str) -> str:
     return re.sub(r"\bstatic\s+__shared__\b", "__shared__", "".join(out))
 
 
+def _top_level_kernels(source: str) -> list[str]:
+    """Non-template kernels at file scope (others need a name expression, as with NVRTC)."""
+    text = _blank_comments(source)
+    templates = _template_kernels(source)
+    out = []
+    for m in re.finditer(r"__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?void\s+"
+                         r"(?:__launch_bounds__\s*\([^)]*\)\s*)?(\w+)\s*\(", text):
+        if m.group(1) not in templates and text.count("{", 0, m.start()) == text.count("}", 0, m.start()):
+            out.append(m.group(1))
+    return out
+
+
 def _template_kernels(source: str) -> set[str]:
     text = strip_comments(source)
     return set(re.findall(r"template\s*<[^{};]*?>\s*(?:extern\s+\"C\"\s+)?(?:static\s+)?__global__\s+"
@@ -242,7 +281,7 @@ def fiber_kernels(source: str, kernels: list[str]) -> set[str]:
             if not names <= needs and needs & set(re.findall(r"\w+", body)):
                 needs |= names
                 changed = True
-    return {k for k in kernels if k.split("<")[0].strip() in needs}
+    return {k for k in kernels if needs & set(re.findall(r"\w+", k.split("<")[0]))}  # ns::k: "ns" or "k"
 
 
 def _flags(options: tuple[str, ...]) -> list[str]:
@@ -259,17 +298,14 @@ def _flags(options: tuple[str, ...]) -> list[str]:
     return out
 
 
-def compile_module(source: str, shown: str, options: tuple[str, ...], names: tuple[str, ...]) -> "Module":
+def compile_module(source: str, shown: str, options: tuple[str, ...], names: tuple[str, ...]) -> Module:
     return _compile_module(source, shown, tuple(options), tuple(names))
 
 
 @functools.lru_cache(maxsize=256)
-def _compile_module(source: str, shown: str, options: tuple[str, ...], names: tuple[str, ...]) -> "Module":
+def _compile_module(source: str, shown: str, options: tuple[str, ...], names: tuple[str, ...]) -> Module:
     check_supported(source, shown)
-    templates = _template_kernels(source)
-    kernels = [k for k in kernel_names(source) if k not in templates] + [n for n in names if n not in
-                                                                          kernel_names(source)]
-    kernels = list(dict.fromkeys(kernels))
+    kernels = list(dict.fromkeys(_top_level_kernels(source) + [n for n in names if "<" in n or "::" in n]))
     entries = "\n".join(f"CUDL_ENTRY({i}, {k})" for i, k in enumerate(kernels))
     text = ('#include "cudl_prelude.h"\n' + with_line_directive(rewrite(source, shown), shown) +
             '\n#line 1 "<cudl entry points>"\n' + entries + "\n")
@@ -347,6 +383,7 @@ class Module:
 
     def __init__(self, lib: ctypes.CDLL, rt: ctypes.CDLL, shown: str, index: dict[str, int], fibers: set[str]):
         self.lib, self.rt, self.shown, self.index, self.fibers = lib, rt, shown, index, fibers
+        self._entry_cache: dict[int, tuple[int, int, int]] = {}
 
     def launch(self, name: str, grid: tuple[int, int, int], block: tuple[int, int, int], args: list[Any],
                params: list[Param], shared_mem: int = 0) -> None:
@@ -388,9 +425,7 @@ class Module:
                 keep.append(v)
                 argv[k] = ctypes.addressof(v) if isinstance(v, ctypes.c_void_p) else v.ctypes.data
             L = _Launch()
-            L.block_fn = ctypes.cast(getattr(self.lib, f"__cudl_block_{i}"), ctypes.c_void_p)
-            L.thread_fn = ctypes.cast(getattr(self.lib, f"__cudl_thread_{i}"), ctypes.c_void_p)
-            L.tid_ptr = ctypes.cast(getattr(self.lib, "__cudl_tid_ptr"), ctypes.c_void_p)
+            L.block_fn, L.thread_fn, L.tid_ptr = self._entries(i)
             L.args = argv
             L.grid[:], L.block[:] = grid, block
             L.shared_mem = int(shared_mem)
@@ -398,13 +433,15 @@ class Module:
             L.workers = _workers()
             L.stack_size = int(os.environ.get("CUDL_EMULATOR_STACK", 64 * 1024))
             L.stack_size = (L.stack_size + 4095) // 4096 * 4096
-            self.rt.cudl_launch_kernel(ctypes.byref(L))
+            self._run(L)
             if L.status == 6:  # a barrier the source scan did not see: run again, every thread a fiber
                 self.fibers.add(name)
                 for gd in owned:
                     gd.refill()
                 L.fibers = 1
-                self.rt.cudl_launch_kernel(ctypes.byref(L))
+                self._run(L)
+            if L.status == 7:  # interrupted: Python raises KeyboardInterrupt at its next check
+                return
             for gd in owned:  # writes made before a fault are kept, as on a GPU
                 gd.copy_back()
             self._flush_printf()
@@ -419,6 +456,19 @@ class Module:
         finally:
             for gd in owned:
                 gd.free()
+
+    def _entries(self, i: int) -> tuple[int, int, int]:
+        """Addresses of kernel i's entry points and of the library's threadIdx accessor (memoized)."""
+        if i not in self._entry_cache:
+            self._entry_cache[i] = tuple(ctypes.cast(getattr(self.lib, sym), ctypes.c_void_p).value
+                                         for sym in (f"__cudl_block_{i}", f"__cudl_thread_{i}", "__cudl_tid_ptr"))
+        return self._entry_cache[i]
+
+    def _run(self, L: _Launch) -> None:
+        """The launch. From Python's main thread the runtime catches Ctrl-C itself: it stops the workers, then
+        hands SIGINT back to Python, which raises KeyboardInterrupt when the call returns."""
+        L.interruptible = int(threading.current_thread() is threading.main_thread())
+        self.rt.cudl_launch_kernel(ctypes.byref(L))
 
     def _flush_printf(self) -> None:
         n = self.rt.cudl_printf_pending()

@@ -28,6 +28,7 @@
 #include <cstring>
 #include <ctime>
 #include <sys/mman.h>
+#include <pthread.h>
 #include <unistd.h>
 #ifdef CUDL_UC
 #include <ucontext.h>
@@ -46,11 +47,12 @@ struct cudl_launch {              // filled by Python (ctypes structure of the s
     unsigned long long shared_mem;
     int fibers, workers;
     unsigned long long stack_size;
+    int interruptible;            // called from Python's main thread: Ctrl-C (SIGINT) cancels the launch
     // result
     int status;                   // 0 ok, 1 memory fault at addr, 2 message about a thread, 3 stack overflow,
                                   // 4 message about a block (barrier / warp deadlock),
                                   // 5 dynamic shared memory overflow (addr = byte offset, signed),
-                                  // 6 kernel needs fibers (relaunched by Python)
+                                  // 6 kernel needs fibers (relaunched by Python), 7 interrupted (SIGINT)
     int is_write;                 // 1 write, 0 read, -1 unknown
     unsigned long long addr;
     unsigned tid[3], bid[3];
@@ -191,6 +193,7 @@ EXPORT void __cudl_rt_trap(const char* what, const char* file, int line) __attri
 
 static std::atomic<unsigned long long> g_next_block;
 static std::atomic<int> g_abort;
+static std::atomic<int> g_cancel;  // set by cudl_cancel()
 static std::mutex g_result_mu;
 static std::mutex g_printf_mu;
 static std::string g_printf;
@@ -221,17 +224,21 @@ static void report(Worker* w, int status, const char* msg, unsigned long long ad
 }
 
 // ------------------------------------------------------------------ signals
-static struct sigaction g_old[3];
-static const int g_sigs[3] = {SIGSEGV, SIGBUS, SIGFPE};
+static struct sigaction g_old[4];
+static const int g_sigs[4] = {SIGSEGV, SIGBUS, SIGFPE, SIGUSR2};  // SIGUSR2: cudl_cancel()
 static std::mutex g_sig_mu;
 static int g_sig_users = 0;
 
 static void on_signal(int sig, siginfo_t* si, void* ucv) {
     Worker* w = t_w;
     if (!w || !w->in_kernel) {  // not a kernel thread: let the previous handler see it
-        for (int i = 0; i < 3; i++)
-            if (g_sigs[i] == sig) sigaction(sig, &g_old[i], nullptr);
+        for (int i = 0; i < 4; i++)
+            if (g_sigs[i] == sig && sig != SIGUSR2) sigaction(sig, &g_old[i], nullptr);
         return;
+    }
+    if (sig == SIGUSR2) {  // cancelled (Ctrl-C in Python): leave the kernel, report nothing
+        w->in_kernel = false;
+        siglongjmp(w->jmp, 1);
     }
     unsigned long long addr = (unsigned long long)si->si_addr;
     int is_write = -1;
@@ -245,9 +252,10 @@ static void on_signal(int sig, siginfo_t* si, void* ucv) {
     if (sig == SIGFPE) {
         status = 2;
         msg = "arithmetic exception (integer division by zero?)";
-    } else if (w->cur && w->stacks.base && addr >= (unsigned long long)w->stacks.base &&
-               addr < (unsigned long long)(w->stacks.base + w->stacks.len)) {
-        status = 3;  // a fiber ran into the guard page below its stack
+    } else if (w->cur && w->stacks.base &&
+               ((addr >= (unsigned long long)w->stacks.base && addr < (unsigned long long)(w->stacks.base + w->stacks.len)) ||
+                (addr < (unsigned long long)w->cur->stack_lo && addr + (1ull << 20) > (unsigned long long)w->cur->stack_lo))) {
+        status = 3;  // a fiber ran into (or jumped over) the guard page below its stack
     } else if (!w->cur && addr < w->stack_top && addr + (64ull << 20) > w->stack_top) {
         status = 3;  // plain mode: the worker thread's own stack (8 MiB by default) overflowed
     } else if (w->ds_base && addr >= (unsigned long long)w->ds_base &&
@@ -268,12 +276,12 @@ static void install_signals() {
     sa.sa_sigaction = on_signal;
     sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_NODEFER;
     sigemptyset(&sa.sa_mask);
-    for (int i = 0; i < 3; i++) sigaction(g_sigs[i], &sa, &g_old[i]);
+    for (int i = 0; i < 4; i++) sigaction(g_sigs[i], &sa, &g_old[i]);
 }
 static void restore_signals() {
     std::lock_guard<std::mutex> g(g_sig_mu);
     if (--g_sig_users) return;
-    for (int i = 0; i < 3; i++) sigaction(g_sigs[i], &g_old[i], nullptr);
+    for (int i = 0; i < 4; i++) sigaction(g_sigs[i], &g_old[i], nullptr);
 }
 
 // ------------------------------------------------------------------ fibers
@@ -616,15 +624,25 @@ EXPORT void __cudl_rt_trap(const char* what, const char* file, int line) {
 }
 
 EXPORT int __cudl_printf(const char* fmt, ...) {
+    Worker* w = t_w;
+    bool was = w && w->in_kernel;
+    if (w) w->in_kernel = false;  // no cancel while holding locks (ours, malloc's)
     char buf[1024];
     va_list ap;
     va_start(ap, fmt);
     int n = vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
-    std::lock_guard<std::mutex> g(g_printf_mu);
-    if (g_printf.size() < PRINTF_LIMIT) {
-        g_printf.append(buf, n < (int)sizeof buf ? (size_t)(n < 0 ? 0 : n) : sizeof buf - 1);
-        if (g_printf.size() >= PRINTF_LIMIT) g_printf += "\n[cudl emulator: printf output of this launch cut at 1 MiB]\n";
+    {
+        std::lock_guard<std::mutex> g(g_printf_mu);
+        if (g_printf.size() < PRINTF_LIMIT) {
+            g_printf.append(buf, n < (int)sizeof buf ? (size_t)(n < 0 ? 0 : n) : sizeof buf - 1);
+            if (g_printf.size() >= PRINTF_LIMIT) g_printf += "\n[cudl emulator: printf output of this launch cut at 1 MiB]\n";
+        }
+    }
+    if (w) w->in_kernel = was;
+    if (was && g_cancel.load(std::memory_order_relaxed)) {  // cancelled while formatting: leave now
+        w->in_kernel = false;
+        siglongjmp(w->jmp, 1);
     }
     return n;
 }
@@ -702,7 +720,13 @@ static void worker_main(cudl_launch* L) {
     t_w = nullptr;
 }
 
-static std::mutex g_launch_mu;  // one launch at a time per process (block counter and abort flag are global)
+// Worker threads of the running launch, for cancelling (read by a signal handler: a fixed array).
+EXPORT void cudl_cancel(void);
+static const int MAX_WORKERS = 512;
+static pthread_t g_pool[MAX_WORKERS];
+static std::atomic<int> g_pool_n;
+static std::mutex g_launch_mu;
+static void on_sigint(int) { cudl_cancel(); }  // Ctrl-C during a launch from Python's main thread  // one launch at a time per process (block counter and abort flag are global)
 
 EXPORT void cudl_launch_kernel(cudl_launch* L) {
     std::lock_guard<std::mutex> g(g_launch_mu);
@@ -711,14 +735,44 @@ EXPORT void cudl_launch_kernel(cudl_launch* L) {
     L->msg[0] = 0;
     g_next_block.store(0);
     g_abort.store(0);
+    g_cancel.store(0);
     unsigned long long nblocks = (unsigned long long)L->grid[0] * L->grid[1] * L->grid[2];
     int nw = L->workers < 1 ? 1 : L->workers;
     if ((unsigned long long)nw > nblocks) nw = (int)nblocks;
     install_signals();
+    if (nw > MAX_WORKERS) nw = MAX_WORKERS;
+    struct sigaction old_int;
+    if (L->interruptible) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_sigint;
+        sigemptyset(&sa.sa_mask);
+        sigaction(SIGINT, &sa, &old_int);
+    }
     std::vector<std::thread> pool;
-    for (int i = 0; i < nw; i++) pool.emplace_back(worker_main, L);
+    g_pool_n.store(0);
+    for (int i = 0; i < nw; i++) {
+        pool.emplace_back(worker_main, L);
+        g_pool[i] = pool.back().native_handle();
+        g_pool_n.store(i + 1);
+    }
     for (auto& t : pool) t.join();
+    g_pool_n.store(0);
     restore_signals();
+    if (L->interruptible) {
+        sigaction(SIGINT, &old_int, nullptr);
+        if (g_cancel.load()) {
+            L->status = 7;
+            raise(SIGINT);  // Python's own handler: KeyboardInterrupt once the call returns
+        }
+    }
+}
+
+// Stop the running launch: every worker leaves the kernel it runs (SIGUSR2) and takes no more blocks.
+EXPORT void cudl_cancel(void) {
+    g_cancel.store(1);
+    g_abort.store(1);
+    for (int i = 0, n = g_pool_n.load(); i < n; i++) pthread_kill(g_pool[i], SIGUSR2);
 }
 
 // ------------------------------------------------------------------ guarded buffers

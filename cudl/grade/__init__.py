@@ -65,7 +65,7 @@ def _child(name: str, source: str, backend: str, conn: Any) -> None:
     os.environ["CUDL_BACKEND"] = backend
     import cudl
     from cudl.check import compare
-    from cudl.errors import CompileError, KernelFault
+    from cudl.errors import CompileError, EmulatorUnsupported, KernelFault
 
     _load_all()
     g = REGISTRY[name]
@@ -73,6 +73,9 @@ def _child(name: str, source: str, backend: str, conn: Any) -> None:
         kernels = {k: cudl.load(source, k, options=g.options) for k in g.kernels}
     except CompileError as exc:
         conn.send(("compile", str(exc)))
+        return
+    except EmulatorUnsupported as exc:  # cannot be graded here at all: say so, do not call it a crash
+        conn.send(("unsupported", str(exc)))
         return
     conn.send(("compiled", None))
 
@@ -173,6 +176,8 @@ def _collect(g: Grader, cases: list[dict[str, Any]], proc: Any, conn: Any, limit
         if kind == "compile":
             first = next((ln for ln in payload.splitlines()[1:] if "error" in ln), payload.splitlines()[0])
             return Verdict("FAIL", f"FAIL {g.name}: does not compile: {first.strip()}", payload)
+        if kind == "unsupported":
+            return Verdict("FAIL", f"FAIL {g.name}: cannot be graded on the CPU emulator: {payload.splitlines()[0]}")
         if kind == "compiled":
             deadline = time.monotonic() + limit
         elif kind == "start":

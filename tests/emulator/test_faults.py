@@ -194,3 +194,10 @@ def test_parallel_compiles_share_the_cache(tmp_path):
     for p in procs:
         out, err = p.communicate(timeout=120)
         assert p.returncode == 0 and out.strip() == "ok", err
+
+
+def test_math_h_macros_are_not_defined_as_on_nvrtc():
+    """INFINITY compiles with g++ but not with NVRTC: the emulator must refuse it too, or CI passes and Colab fails."""
+    src = 'extern "C" __global__ void k(float* x) { x[0] = -INFINITY; }'
+    with pytest.raises(cudl.errors.CompileError, match="INFINITY"):
+        cudl.load(src, "k")

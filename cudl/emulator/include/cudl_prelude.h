@@ -392,4 +392,10 @@ template <class S, S F> static inline void __cudl_run_thread(void** a, const uns
         __cudl_run_thread<decltype(&__VA_ARGS__), &__VA_ARGS__>(a, info); }
 extern "C" __attribute__((visibility("default"))) const void* __cudl_tid_ptr(void) { return &threadIdx; }
 
+// NVRTC defines none of <math.h>'s macros: hide them so a kernel that uses them fails here as it would on a GPU.
+#undef INFINITY
+#undef NAN
+#undef HUGE_VALF
+#undef HUGE_VAL
+
 #endif  // CUDL_PRELUDE_H
