@@ -201,11 +201,15 @@ def problems(root: Path = ROOT) -> list[str]:
 
 def execute(paths: list[Path], timeout: int = 600) -> None:
     """Run notebooks top to bottom (on a GPU), store outputs and stamp the hash of the code that made them."""
+    import os
+
     import nbformat
     from nbclient import NotebookClient
 
     from .env import gpu_name
 
+    # A non-interactive backend in the environment (MPLBACKEND=Agg) would stop the kernel from showing figures inline.
+    os.environ.pop("MPLBACKEND", None)
     failed = []
     for path in paths:
         path = path.resolve()

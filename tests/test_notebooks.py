@@ -47,3 +47,17 @@ def test_exercise_stub_fails_its_grader(path):
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0, f"the stub of {path.name} passed its grader:\n{out[-3000:]}"
     assert "PASS" in out and ("FAIL " in out or "CRASH " in out or "TIMEOUT " in out or "Error" in out), out[-3000:]
+
+
+def test_executed_chapters_show_their_figures():
+    """A chapter that plots must store the images (a non-inline matplotlib backend once dropped them all)."""
+    import nbformat
+
+    for path in sorted((ROOT / "chapters").glob("*.ipynb")):
+        nb = nbformat.read(path, as_version=4)
+        if not nbtools.has_outputs(nb) or not any("cudl.plots." in c.source or "plt." in c.source
+                                                  for c in nb.cells if c.cell_type == "code"):
+            continue
+        images = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs
+                  if "image/png" in o.get("data", {}) or "image/svg+xml" in o.get("data", {})]
+        assert images, f"{path.name} plots but stores no figure: re-execute it with `make execute`"
