@@ -52,7 +52,8 @@ execute:
 # On a GPU machine: all notebooks pass nbval, every exercise stub and mutant fails, bench agrees with Triton.
 gpu-test:
 	CUDL_BACKEND=gpu $(PYTHON) -m pytest -q --nbval-lax --nbval-current-env $(NOTEBOOKS)
-	CUDL_BACKEND=gpu $(PYTHON) -m pytest -q tests/gpu tests/test_graders.py
+	CUDL_BACKEND=gpu $(PYTHON) -m pytest -q tests/gpu tests/kernels tests/emulator/test_conformance.py \
+	  tests/test_graders.py tests/test_occupancy.py tests/test_notebooks.py
 
 clean:
 	rm -rf _build .pytest_cache

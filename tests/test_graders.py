@@ -45,3 +45,32 @@ def test_unsupported_kernel_is_a_clear_fail_on_the_emulator():
     src = 'extern "C" __global__ void saxpy(int n, float a, const float* x, float* y) { asm volatile("membar.gl;"); }'
     verdict = run("saxpy", src, quiet=True)
     assert verdict.status == "FAIL" and "run this cell on a GPU" in verdict.line, verdict.line
+
+
+def test_guard_zone_catches_a_stray_write():
+    import numpy as np
+
+    from cudl import KernelFault, to_numpy
+    from cudl.grade.guard import check_guard, guarded, guarded_output
+
+    view, whole = guarded(np.arange(10, dtype=np.float32), fill=1.0, guard=8)
+    assert view.shape == (10,) and whole.size == 18 and (to_numpy(whole)[10:] == 1.0).all()
+    view[:] = 0  # writes inside the array are fine
+    check_guard(whole, 10, "y", fill=1.0)
+    whole[13] = 5.0  # a stray write past the end
+    with pytest.raises(KernelFault, match=r"y\[13\]"):
+        check_guard(whole, 10, "y", fill=1.0)
+
+    out, whole = guarded_output((3, 4))  # NaN output, NaN guard: untouched NaN is not a change
+    assert out.shape == (3, 4) and np.isnan(to_numpy(whole)).all()
+    out[:] = 2.0
+    check_guard(whole, 12, "out")
+    whole[12] = 0.0
+    with pytest.raises(KernelFault, match=r"out\[12\] \(out has 12 elements"):
+        check_guard(whole, 12, "out")
+
+    out, whole = guarded_output(5, np.int32, guard=4)  # integers: poisoned with iinfo.max
+    check_guard(whole, 5, "idx")
+    whole[8] = 0
+    with pytest.raises(KernelFault, match=r"idx\[8\]"):
+        check_guard(whole, 5, "idx")

@@ -11,36 +11,16 @@ from typing import Any
 
 import numpy as np
 
-import cudl
-from cudl.errors import KernelFault
 from cudl.grade import grader
+from cudl.grade.guard import GUARD, check_guard, guarded, guarded_output
 
 THREADS = 256  # block size of the 1D launches (SAXPY)
 TILE = 16  # the 2D launches use TILE x TILE blocks
 GRID_STRIDE_LAUNCH = ((4,), (128,))  # scale_shift: 512 threads in all, fewer than most cases' elements
-GUARD = 1024  # elements after a 1D buffer: more than one block can write past the end
 
 
 def _cdiv(a: int, b: int) -> int:
     return (a + b - 1) // b
-
-
-def _with_guard(host: np.ndarray, fill: float, guard: int = GUARD) -> tuple[Any, Any]:
-    """A device copy of `host` followed by `guard` elements equal to `fill`: (whole buffer, view of `host`)."""
-    full = np.full(host.size + guard, fill, dtype=host.dtype)
-    full[: host.size] = host.ravel()
-    dev = cudl.xp.asarray(full)
-    return dev, dev[: host.size].reshape(host.shape)
-
-
-def _check_guard(full: Any, n: int, fill: float, name: str) -> None:
-    """Raise KernelFault if the kernel wrote past the first `n` elements of `full`."""
-    tail = cudl.to_numpy(full[n:])
-    changed = np.flatnonzero(tail != fill)
-    if changed.size:
-        raise KernelFault(f"out-of-bounds write: {name}[{n + int(changed[0])}] was written but {name} has "
-                          f"{n} elements ({changed.size} elements past its end changed); is every thread's "
-                          f"index checked against the size?")
 
 
 # ------------------------------------------------------------------------------ SAXPY
@@ -57,10 +37,10 @@ def saxpy(load: Any, case: dict[str, Any]) -> list[tuple[Any, Any]]:
     a = np.float32(rng.uniform(0.5, 2.0) * rng.choice([-1.0, 1.0]))  # |a| >= 0.5: a write past the end shows
     x_host = rng.standard_normal(n).astype(np.float32)
     y_host = rng.standard_normal(n).astype(np.float32)
-    _, x = _with_guard(x_host, 1.0)
-    y_full, y = _with_guard(y_host, 1.0)  # a stray y[i] = a * 1 + 1 changes the guard
+    x, _ = guarded(x_host, 1.0)
+    y, y_full = guarded(y_host, 1.0)  # a stray y[i] = a * 1 + 1 changes the guard
     load("saxpy")((_cdiv(n, THREADS),), (THREADS,), (n, a, x, y))
-    _check_guard(y_full, n, 1.0, "y")
+    check_guard(y_full, n, "y", fill=1.0)
     return [(y, a * x_host.astype(np.float64) + y_host)]
 
 
@@ -83,10 +63,10 @@ def rgb_to_gray(load: Any, case: dict[str, Any]) -> list[tuple[Any, Any]]:
     rng = np.random.default_rng()
     rgb_host = rng.integers(0, 256, size=(h, w, 3), dtype=np.uint8)
     overrun = TILE * (w + TILE) + GUARD  # what a kernel without a row check can reach past the end
-    _, rgb = _with_guard(rgb_host, 255, guard=3 * overrun)
-    gray_full, gray = _with_guard(np.full((h, w), np.nan, np.float32), -1.0, guard=overrun)  # gray >= 0
+    rgb, _ = guarded(rgb_host, 255, guard=3 * overrun)
+    gray, gray_full = guarded_output((h, w), fill=-1.0, guard=overrun)  # gray >= 0
     load("rgb_to_gray")((_cdiv(w, TILE), _cdiv(h, TILE)), (TILE, TILE), (rgb, gray, h, w))
-    _check_guard(gray_full, h * w, -1.0, "gray")
+    check_guard(gray_full, h * w, "gray", fill=-1.0)
     return [(gray, rgb_host.astype(np.float64) @ GRAY_WEIGHTS)]
 
 
@@ -104,8 +84,8 @@ def scale_shift(load: Any, case: dict[str, Any]) -> list[tuple[Any, Any]]:
     # a, b away from (1, 0): an element updated twice, or never, is always wrong.
     a, b = np.float32(rng.uniform(1.5, 2.5)), np.float32(rng.uniform(0.5, 1.5))
     x_host = rng.standard_normal(n).astype(np.float32)
-    x_full, x = _with_guard(x_host, 1.0)
+    x, x_full = guarded(x_host, 1.0)
     grid, block = GRID_STRIDE_LAUNCH
     load("scale_shift")(grid, block, (x, a, b, n))
-    _check_guard(x_full, n, 1.0, "x")
+    check_guard(x_full, n, "x", fill=1.0)
     return [(x, a * x_host.astype(np.float64) + b)]

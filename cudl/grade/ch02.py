@@ -1,7 +1,7 @@
 """Graders of chapter 2 (the execution and memory model): a coalesced transpose and a coalesced row gather.
 
 Graders check correctness only, never speed. Every output buffer is followed by a guard of sentinel values, so a
-write past its end is caught on the GPU too, where it would not fault, and named in the FAIL line.
+write past its end is caught on the GPU too, where it would not fault, and named in a CRASH line.
 """
 
 from __future__ import annotations
@@ -10,24 +10,10 @@ import numpy as np
 
 import cudl
 from cudl.grade import grader
+from cudl.grade.guard import check_guard, guarded_output
 
 GUARD = 4096  # elements after each output; larger than what one stray row of blocks can overrun
 SENTINEL = 12345.0  # what the guard must still hold after the kernel
-
-
-def _guarded(size: int):
-    """A NaN-poisoned output of `size` floats followed by GUARD sentinel floats (a view of both, and the guard)."""
-    buf = cudl.poisoned(size + GUARD)
-    buf[size:] = SENTINEL
-    return buf
-
-
-def _check_guard(buf, size: int) -> None:
-    """Raise (a FAIL line) when the kernel wrote past the end of its output."""
-    stray = np.flatnonzero(cudl.to_numpy(buf[size:]) != SENTINEL)
-    if stray.size:
-        raise AssertionError(f"the kernel wrote past the end of out ({size} elements): {stray.size} stray writes, "
-                             f"the first at out[{size + int(stray[0])}]; check the bounds test before each write")
 
 
 TILE = 32  # tile edge = block edge of the transpose launch
@@ -47,12 +33,12 @@ TILE = 32  # tile edge = block edge of the transpose launch
 def transpose(load, case):
     rows, cols = case["rows"], case["cols"]
     x = cudl.randn((rows, cols))
-    out = _guarded(rows * cols)
+    out, whole = guarded_output((cols, rows), fill=SENTINEL, guard=GUARD)
     grid = ((cols + TILE - 1) // TILE, (rows + TILE - 1) // TILE)
-    load("transpose")(grid, (TILE, TILE), (x, out, rows, cols))
+    load("transpose")(grid, (TILE, TILE), (x, whole, rows, cols))
     ref = cudl.to_numpy(x).astype(np.float64).T
-    _check_guard(out, rows * cols)
-    return [(out[: rows * cols].reshape(cols, rows), ref)]
+    check_guard(whole, rows * cols, "out", fill=SENTINEL)
+    return [(out, ref)]
 
 
 GATHER_BLOCK = 128  # threads per block of the gather launch, along the embedding dimension
@@ -72,9 +58,9 @@ def embedding_gather(load, case):
     table = cudl.randn((vocab, dim))
     idx_host = np.random.default_rng().integers(0, vocab, n_idx, dtype=np.int32)
     idx = cudl.xp.asarray(idx_host)
-    out = _guarded(n_idx * dim)
+    out, whole = guarded_output((n_idx, dim), fill=SENTINEL, guard=GUARD)
     grid = ((dim + GATHER_BLOCK - 1) // GATHER_BLOCK, n_idx)
-    load("embedding_gather")(grid, (GATHER_BLOCK,), (table, idx, out, n_idx, dim))
+    load("embedding_gather")(grid, (GATHER_BLOCK,), (table, idx, whole, n_idx, dim))
     ref = cudl.to_numpy(table).astype(np.float64)[idx_host]
-    _check_guard(out, n_idx * dim)
-    return [(out[: n_idx * dim].reshape(n_idx, dim), ref)]
+    check_guard(whole, n_idx * dim, "out", fill=SENTINEL)
+    return [(out, ref)]

@@ -10,35 +10,15 @@ from typing import Any
 
 import numpy as np
 
-import cudl
-from cudl.errors import KernelFault
 from cudl.grade import grader
+from cudl.grade.guard import check_guard, guarded, guarded_output
 
 THREADS = 256  # block size of the one-thread-per-element launches
 GRID_STRIDE_LAUNCH = ((4,), (128,))  # silu_forward: 512 threads in all, fewer than most cases' elements
-GUARD = 1024  # elements after a 1D buffer: more than one block can write past the end
 
 
 def _cdiv(a: int, b: int) -> int:
     return (a + b - 1) // b
-
-
-def _with_guard(host: np.ndarray, fill: float, guard: int = GUARD) -> tuple[Any, Any]:
-    """A device copy of `host` followed by `guard` elements equal to `fill`: (whole buffer, view of `host`)."""
-    full = np.full(host.size + guard, fill, dtype=host.dtype)
-    full[: host.size] = host.ravel()
-    dev = cudl.xp.asarray(full)
-    return dev, dev[: host.size].reshape(host.shape)
-
-
-def _check_guard(full: Any, n: int, fill: float, name: str) -> None:
-    """Raise KernelFault if the kernel wrote past the first `n` elements of `full`."""
-    tail = cudl.to_numpy(full[n:])
-    changed = np.flatnonzero(tail != fill)
-    if changed.size:
-        raise KernelFault(f"out-of-bounds write: {name}[{n + int(changed[0])}] was written but {name} has "
-                          f"{n} elements ({changed.size} elements past its end changed); is every thread's "
-                          f"index checked against the size?")
 
 
 # ------------------------------------------------------------------------------ SiLU forward
@@ -52,11 +32,11 @@ def silu_forward(load: Any, case: dict[str, Any]) -> list[tuple[Any, Any]]:
     """y = x * sigmoid(x), launched with 4 blocks of 128 threads whatever n is."""
     n = case["n"]
     x_host = (3 * np.random.default_rng().standard_normal(n)).astype(np.float32)
-    _, x = _with_guard(x_host, 1.0)
-    y_full, y = _with_guard(np.full(n, np.nan, np.float32), -7.0)  # silu(x) > -0.28: -7 is never an output
+    x, _ = guarded(x_host, 1.0)
+    y, y_full = guarded_output(n, fill=-7.0)  # silu(x) > -0.28: -7 is never an output
     grid, block = GRID_STRIDE_LAUNCH
     load("silu_forward")(grid, block, (x, y, n))
-    _check_guard(y_full, n, -7.0, "y")
+    check_guard(y_full, n, "y", fill=-7.0)
     xd = x_host.astype(np.float64)
     return [(y, xd / (1.0 + np.exp(-xd)))]
 
@@ -77,11 +57,11 @@ def leaky_relu_backward(load: Any, case: dict[str, Any]) -> list[tuple[Any, Any]
     if n == 1:
         x_host[0] = -abs(x_host[0]) - 0.1  # one element: make it the negative branch
     dy_host = rng.standard_normal(n).astype(np.float32)
-    _, dy = _with_guard(dy_host, 1.0)
-    _, x = _with_guard(x_host, 1.0)
-    dx_full, dx = _with_guard(np.full(n, np.nan, np.float32), -9.0)
+    dy, _ = guarded(dy_host, 1.0)
+    x, _ = guarded(x_host, 1.0)
+    dx, dx_full = guarded_output(n, fill=-9.0)
     load("leaky_relu_backward")((_cdiv(n, THREADS),), (THREADS,), (dy, x, dx, slope, n))
-    _check_guard(dx_full, n, -9.0, "dx")
+    check_guard(dx_full, n, "dx", fill=-9.0)
     ref = np.where(x_host > 0, dy_host.astype(np.float64), np.float64(slope) * dy_host)
     return [(dx, ref)]
 
@@ -101,9 +81,9 @@ def bias_relu_rows(load: Any, case: dict[str, Any]) -> list[tuple[Any, Any]]:
     rng = np.random.default_rng()
     x_host = rng.standard_normal((rows, cols)).astype(np.float32)
     b_host = rng.standard_normal(cols).astype(np.float32)
-    _, x = _with_guard(x_host, 1.0)
-    _, b = _with_guard(b_host, 1.0)
-    y_full, y = _with_guard(np.full((rows, cols), np.nan, np.float32), -5.0)  # relu >= 0: -5 never is
+    x, _ = guarded(x_host, 1.0)
+    b, _ = guarded(b_host, 1.0)
+    y, y_full = guarded_output((rows, cols), fill=-5.0)  # relu >= 0: -5 never is
     load("bias_relu_rows")((_cdiv(cols, THREADS), rows), (THREADS,), (x, b, y, rows, cols))
-    _check_guard(y_full, rows * cols, -5.0, "y")
+    check_guard(y_full, rows * cols, "y", fill=-5.0)
     return [(y, np.maximum(x_host.astype(np.float64) + b_host, 0.0))]

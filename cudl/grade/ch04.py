@@ -12,32 +12,11 @@ import numpy as np
 
 import cudl
 from cudl.grade import grader
+from cudl.grade.guard import check_guard, guarded, guarded_output
 
 BLOCK = 256  # threads per block in every launch below (8 warps)
 WARPS = BLOCK // 32
-GUARD = 64  # poisoned elements after each input and output
-
-
-def _guarded_input(data: np.ndarray) -> Any:
-    """`data` on the device, followed by GUARD NaNs that a correct kernel never reads."""
-    buf = cudl.poisoned(data.size + GUARD, data.dtype)
-    buf[: data.size] = cudl.xp.asarray(data.ravel())
-    return buf[: data.size]
-
-
-def _guarded_output(size: int, dtype: Any) -> tuple[Any, Any]:
-    """(out, whole buffer): `out` is poisoned and followed by GUARD poisoned elements."""
-    buf = cudl.poisoned(size + GUARD, dtype)
-    return buf[:size], buf
-
-
-def _check_guard(buf: Any, size: int, what: str) -> None:
-    tail = cudl.to_numpy(buf)[size:]
-    fill = np.isnan(tail) if tail.dtype.kind == "f" else tail == np.iinfo(tail.dtype).max
-    if not fill.all():
-        first = int(np.argmin(fill))
-        raise AssertionError(f"the kernel wrote past the end of {what}: {what}[{size + first}] was written "
-                             f"(it has {size} elements)")
+GUARD = 64  # poisoned elements after each input and output (cudl.grade.guard)
 
 
 # ------------------------------------------------------------------------------ block_sum
@@ -52,11 +31,11 @@ def block_sum(load: Any, case: dict[str, Any]) -> list[tuple[Any, Any]]:
     n = case["n"]
     blocks = (n + BLOCK - 1) // BLOCK
     x_host = np.random.default_rng().standard_normal(n).astype(np.float32)
-    x = _guarded_input(x_host)
-    partials, buf = _guarded_output(blocks, np.float32)
+    x = guarded(x_host, guard=GUARD)[0]
+    partials, buf = guarded_output(blocks, np.float32, guard=GUARD)
     load("block_sum")((blocks,), (BLOCK,), (x, partials, n))
     cudl.sync()
-    _check_guard(buf, blocks, "partials")
+    check_guard(buf, blocks, "partials")
     padded = np.zeros(blocks * BLOCK)
     padded[:n] = x_host
     ref = padded.reshape(blocks, BLOCK).sum(axis=1)  # float64 reference
@@ -87,11 +66,11 @@ ROW_EMU_CASES = [dict(rows=1, cols=1), dict(rows=5, cols=31), dict(rows=8, cols=
 def row_max(load: Any, case: dict[str, Any]) -> list[tuple[Any, Any]]:
     rows, cols = case["rows"], case["cols"]
     x_host = _rows_with_offsets(rows, cols)
-    x = _guarded_input(x_host)
-    out, buf = _guarded_output(rows, np.float32)
+    x = guarded(x_host, guard=GUARD)[0]
+    out, buf = guarded_output(rows, np.float32, guard=GUARD)
     load("row_max")(((rows + WARPS - 1) // WARPS,), (BLOCK,), (x, out, rows, cols))
     cudl.sync()
-    _check_guard(buf, rows, "out")
+    check_guard(buf, rows, "out")
     return [(out, x_host.max(axis=1).astype(np.float64))]
 
 
@@ -119,9 +98,9 @@ def _rows_with_ties(rows: int, cols: int) -> np.ndarray:
 def row_argmax(load: Any, case: dict[str, Any]) -> list[tuple[Any, Any]]:
     rows, cols = case["rows"], case["cols"]
     x_host = _rows_with_ties(rows, cols)
-    x = _guarded_input(x_host)
-    out, buf = _guarded_output(rows, np.int32)
+    x = guarded(x_host, guard=GUARD)[0]
+    out, buf = guarded_output(rows, np.int32, guard=GUARD)
     load("row_argmax")(((rows + WARPS - 1) // WARPS,), (BLOCK,), (x, out, rows, cols))
     cudl.sync()
-    _check_guard(buf, rows, "out")
+    check_guard(buf, rows, "out")
     return [(out, np.argmax(x_host, axis=1).astype(np.int32))]

@@ -12,34 +12,14 @@ import numpy as np
 
 import cudl
 from cudl.grade import grader
+from cudl.grade.guard import check_guard, guarded, guarded_output
 
 TILE = 16  # matmul_tiled: blocks of TILE x TILE threads, one element of C each
 BLOCK = 256  # matvec: threads per block, one warp per row
 WARPS = BLOCK // 32
-GUARD = 64  # poisoned elements after each input and output
+GUARD = 64  # poisoned elements after each input and output (cudl.grade.guard)
 # fp32 dot products of up to 1024 terms: rounding error grows like sqrt(K) ulp; wrong kernels are off by O(1).
 RTOL = 4e-5
-
-
-def _guarded_input(data: np.ndarray) -> Any:
-    """`data` on the device, followed by GUARD NaNs that a correct kernel never reads."""
-    buf = cudl.poisoned(data.size + GUARD, data.dtype)
-    buf[: data.size] = cudl.xp.asarray(data.ravel())
-    return buf[: data.size]
-
-
-def _guarded_output(size: int) -> tuple[Any, Any]:
-    """(out, whole buffer): `out` is NaN-filled and followed by GUARD NaNs."""
-    buf = cudl.poisoned(size + GUARD, np.float32)
-    return buf[:size], buf
-
-
-def _check_guard(buf: Any, size: int, what: str) -> None:
-    tail = cudl.to_numpy(buf)[size:]
-    if not np.isnan(tail).all():
-        first = int(np.argmin(np.isnan(tail)))
-        raise AssertionError(f"the kernel wrote past the end of {what}: {what}[{size + first}] was written "
-                             f"(it has {size} elements)")
 
 
 def _randn(*shape: int) -> np.ndarray:
@@ -60,11 +40,12 @@ def _randn(*shape: int) -> np.ndarray:
 def matmul_tiled(load: Any, case: dict[str, Any]) -> list[tuple[Any, Any]]:
     M, N, K = case["M"], case["N"], case["K"]
     a, b = _randn(M, K), _randn(K, N)
-    out, buf = _guarded_output(M * N)
+    a_dev, b_dev = guarded(a, guard=GUARD)[0], guarded(b, guard=GUARD)[0]
+    out, buf = guarded_output(M * N, guard=GUARD)
     grid = ((N + TILE - 1) // TILE, (M + TILE - 1) // TILE)
-    load("matmul_tiled")(grid, (TILE, TILE), (M, N, K, _guarded_input(a), _guarded_input(b), out))
+    load("matmul_tiled")(grid, (TILE, TILE), (M, N, K, a_dev, b_dev, out))
     cudl.sync()
-    _check_guard(buf, M * N, "C")
+    check_guard(buf, M * N, "C")
     return [(out, (a.astype(np.float64) @ b.astype(np.float64)).ravel())]
 
 
@@ -81,8 +62,9 @@ def matmul_tiled(load: Any, case: dict[str, Any]) -> list[tuple[Any, Any]]:
 def matvec(load: Any, case: dict[str, Any]) -> list[tuple[Any, Any]]:
     M, K = case["M"], case["K"]
     a, x = _randn(M, K), _randn(K)
-    out, buf = _guarded_output(M)
-    load("matvec")(((M + WARPS - 1) // WARPS,), (BLOCK,), (M, K, _guarded_input(a), _guarded_input(x), out))
+    a_dev, x_dev = guarded(a, guard=GUARD)[0], guarded(x, guard=GUARD)[0]
+    out, buf = guarded_output(M, guard=GUARD)
+    load("matvec")(((M + WARPS - 1) // WARPS,), (BLOCK,), (M, K, a_dev, x_dev, out))
     cudl.sync()
-    _check_guard(buf, M, "y")
+    check_guard(buf, M, "y")
     return [(out, a.astype(np.float64) @ x.astype(np.float64))]
