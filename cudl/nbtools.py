@@ -147,7 +147,7 @@ def sync(root: Path = ROOT) -> None:
             nb = _read_md(md)
         if ipynb.exists():
             old = nbformat.read(ipynb, as_version=4)
-            combine_inputs_with_outputs(nb, old, fmt="md:myst")
+            nb = combine_inputs_with_outputs(nb, old, fmt="md:myst")  # returns a new notebook
             nb.metadata["cudl"] = old.metadata.get("cudl", {})
         nb.metadata.setdefault("cudl", {})["slug"] = md.stem
         nb.metadata["jupytext"] = {"formats": "ipynb,md:myst"}
@@ -181,6 +181,9 @@ def problems(root: Path = ROOT) -> list[str]:
         if boot != bootstrap_source(url):
             out.append(f"{rel}: bootstrap cell differs from _config.yml's repository.url: run `make sync`")
         stamp = nb.metadata.get("cudl", {})
+        if stamp.get("code_hash") and not has_outputs(nb):
+            out.append(f"{rel} was executed on {stamp.get('executed_on')} but stores no outputs: restore them "
+                       f"(git checkout) or re-execute on a GPU with `make execute`")
         if has_outputs(nb) and stamp.get("code_hash") != code_hash(nb, md.stem):
             out.append(f"{rel}: stored outputs were produced by other code (hash {stamp.get('code_hash')}, "
                        f"now {code_hash(nb, md.stem)}): re-execute on a GPU with `make execute`")

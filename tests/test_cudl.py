@@ -229,3 +229,35 @@ def test_bf16_bits_round_trip_and_compare():
     wrong = bits[:4].copy()
     wrong[2] ^= 0x0040  # the top mantissa bit: off by a lot
     assert not compare(wrong, x[:4].astype(np.float64)).ok
+
+
+def test_sync_keeps_outputs_when_only_prose_changes(tmp_path):
+    """Editing a chapter's text must not drop the GPU outputs stored in its .ipynb; stripped outputs are flagged."""
+    import nbformat
+
+    from cudl import nbtools
+
+    (tmp_path / "chapters").mkdir()
+    md = tmp_path / "chapters" / "99-demo.md"
+    header = ("---\njupytext:\n  text_representation:\n    extension: .md\n    format_name: myst\n"
+              "kernelspec:\n  display_name: Python 3\n  language: python\n  name: python3\n---\n\n")
+    cells = "```{code-cell} ipython3\n# cudl bootstrap\n```\n\n```{code-cell} ipython3\nprint(6 * 7)\n```\n"
+    md.write_text(header + "# Demo\n\nFirst words.\n\n" + cells)
+    nbtools.sync(tmp_path)
+    ipynb = md.with_suffix(".ipynb")
+    nb = nbformat.read(ipynb, as_version=4)
+    nb.cells[-1].outputs = [nbformat.v4.new_output("stream", name="stdout", text="42\n")]
+    nb.metadata["cudl"].update(code_hash=nbtools.code_hash(nb, "99-demo"), executed_on="a GPU")
+    nbformat.write(nb, ipynb)
+    assert nbtools.problems(tmp_path) == []
+
+    md.write_text(header + "# Demo\n\nBetter words.\n\n" + cells)
+    nbtools.sync(tmp_path)
+    nb = nbformat.read(ipynb, as_version=4)
+    assert "Better words." in nb.cells[0].source
+    assert nb.cells[-1].outputs[0]["text"] == "42\n"
+    assert nbtools.problems(tmp_path) == []
+
+    nb.cells[-1].outputs = []
+    nbformat.write(nb, ipynb)
+    assert any("stores no outputs" in p for p in nbtools.problems(tmp_path))
