@@ -20,11 +20,15 @@ def randn(shape: int | tuple[int, ...], dtype: Any = np.float32, *, seed: int | 
     return xp().asarray(rng.standard_normal(shape).astype(dtype))
 
 
+def poison_value(dtype: Any) -> Any:
+    """What `poisoned` fills with: NaN for floats, the largest value for integers, True for bool."""
+    dt = np.dtype(dtype)
+    return np.nan if dt.kind == "f" else (np.iinfo(dt).max if dt.kind in "iu" else 1)
+
+
 def poisoned(shape: int | tuple[int, ...], dtype: Any = np.float32) -> Any:
     """An output buffer filled with NaN (floats) or a sentinel (integers): unwritten elements show up."""
-    dt = np.dtype(dtype)
-    fill = np.nan if dt.kind == "f" else (np.iinfo(dt).max if dt.kind in "iu" else 1)
-    return xp().full(shape, fill, dtype=dt)
+    return xp().full(shape, poison_value(dtype), dtype=np.dtype(dtype))
 
 
 def bf16_to_float(bits: Any) -> np.ndarray:

@@ -55,9 +55,8 @@ class Param:
 
 
 def strip_comments(source: str) -> str:
-    """Remove // and /* */ comments, keeping line structure so that offsets stay meaningful."""
-    source = re.sub(r"/\*.*?\*/", lambda m: re.sub(r"[^\n]", " ", m.group()), source, flags=re.S)
-    return re.sub(r"//[^\n]*", "", source)
+    """Blank out // and /* */ comments with spaces: every offset of the source stays valid (strings are not parsed)."""
+    return re.sub(r"/\*.*?\*/|//[^\n]*", lambda m: re.sub(r"[^\n]", " ", m.group()), source, flags=re.S)
 
 
 def _split_top(text: str, sep: str = ",") -> list[str]:
@@ -90,12 +89,12 @@ def _matching(text: str, start: int, open_ch: str, close_ch: str) -> int:
 
 
 _LB = r"(?:__launch_bounds__\s*\([^)]*\)\s*)?"  # may stand before or after `void`
+KERNEL_DECL = re.compile(rf"__global__\s+{_LB}void\s+{_LB}(\w+)\s*\(")  # group 1: the kernel's name
 
 
 def kernel_names(source: str) -> list[str]:
     """Names of all `__global__` functions in a source, in order."""
-    text = strip_comments(source)
-    return re.findall(rf"__global__\s+{_LB}void\s+{_LB}(\w+)\s*\(", text)
+    return [m.group(1) for m in KERNEL_DECL.finditer(strip_comments(source))]
 
 
 def parse_params(source: str, name: str) -> list[Param]:

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from ..compile import Param, format_log, strip_comments, with_line_directive
+from ..compile import KERNEL_DECL, Param, format_log, strip_comments, with_line_directive
 from ..errors import CompileError, EmulatorUnsupported, KernelFault
 
 HERE = Path(__file__).resolve().parent
@@ -208,14 +208,9 @@ _EXTERN_SHARED = re.compile(
     r"(?:__align__\s*\(\s*\w+\s*\)\s*)?\b(?P<name>\w+)\s*\[\s*\]\s*;")
 
 
-def _blank_comments(source: str) -> str:
-    """Comments replaced by spaces of the same length (offsets stay valid; strings are left alone)."""
-    return re.sub(r"/\*.*?\*/|//[^\n]*", lambda m: re.sub(r"[^\n]", " ", m.group()), source, flags=re.S)
-
-
 def rewrite(source: str, shown: str) -> str:
     """Source changes that keep every line in place: dynamic shared memory, `static __shared__`."""
-    text = _blank_comments(source)  # find matches on the comment-free text, apply at the same offsets
+    text = strip_comments(source)  # find matches on the comment-free text, apply at the same offsets
     out, pos = [], 0
     for m in _EXTERN_SHARED.finditer(text):
         depth = text.count("{", 0, m.start()) - text.count("}", 0, m.start())
@@ -233,11 +228,10 @@ def rewrite(source: str, shown: str) -> str:
 
 def _top_level_kernels(source: str) -> list[str]:
     """Non-template kernels at file scope (others need a name expression, as with NVRTC)."""
-    text = _blank_comments(source)
+    text = strip_comments(source)
     templates = _template_kernels(source)
     out = []
-    for m in re.finditer(r"__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?void\s+"
-                         r"(?:__launch_bounds__\s*\([^)]*\)\s*)?(\w+)\s*\(", text):
+    for m in KERNEL_DECL.finditer(text):
         if m.group(1) not in templates and text.count("{", 0, m.start()) == text.count("}", 0, m.start()):
             out.append(m.group(1))
     return out
@@ -253,7 +247,7 @@ def _template_kernels(source: str) -> set[str]:
 def fiber_kernels(source: str, kernels: list[str]) -> set[str]:
     """Kernels that need fibers: their body, or a function/struct they name (transitively), uses a barrier,
     a warp primitive or WMMA. Conservative: a macro or a local #include that does puts every kernel on fibers."""
-    text = _blank_comments(source)
+    text = strip_comments(source)
     if any(NEEDS_FIBERS.search(line) for line in re.findall(r"^\s*#\s*(?:define|include)[^\n]*", text, re.M)):
         return set(kernels)
     units: list[tuple[set[str], str]] = []  # (names a top-level block defines, its text)

@@ -16,7 +16,7 @@ from cudl.grade.guard import check_guard, guarded, guarded_output
 
 BLOCK = 256  # threads per block in every launch below (8 warps)
 WARPS = BLOCK // 32
-GUARD = 64  # poisoned elements after each input and output (cudl.grade.guard)
+GUARD = 64  # poisoned elements after each input and output
 
 
 # ------------------------------------------------------------------------------ block_sum

@@ -17,7 +17,7 @@ from cudl.grade.guard import check_guard, guarded, guarded_output
 TILE = 16  # matmul_tiled: blocks of TILE x TILE threads, one element of C each
 BLOCK = 256  # matvec: threads per block, one warp per row
 WARPS = BLOCK // 32
-GUARD = 64  # poisoned elements after each input and output (cudl.grade.guard)
+GUARD = 64  # poisoned elements after each input and output
 # fp32 dot products of up to 1024 terms: rounding error grows like sqrt(K) ulp; wrong kernels are off by O(1).
 RTOL = 4e-5
 

@@ -15,22 +15,17 @@ from typing import Any
 import numpy as np
 
 import cudl
+from cudl.check import poison_value
 from cudl.errors import KernelFault
 
 GUARD = 1024  # elements after a buffer: more than one block can write past the end
-
-
-def poison(dtype: Any) -> Any:
-    """cudl.poisoned's fill for `dtype`: NaN for floats, iinfo.max for integers."""
-    dt = np.dtype(dtype)
-    return np.nan if dt.kind == "f" else (np.iinfo(dt).max if dt.kind in "iu" else 1)
 
 
 def guarded(data: np.ndarray, fill: Any = None, guard: int = GUARD) -> tuple[Any, Any]:
     """(view, whole): `data` copied to the device (cudl.xp), followed by `guard` elements of `fill`
     (default: the poison of data's dtype); `view` has data's shape, `whole` is the flat buffer."""
     data = np.asarray(data)
-    full = np.full(data.size + guard, poison(data.dtype) if fill is None else fill, dtype=data.dtype)
+    full = np.full(data.size + guard, poison_value(data.dtype) if fill is None else fill, dtype=data.dtype)
     full[: data.size] = data.ravel()
     whole = cudl.xp.asarray(full)
     return whole[: data.size].reshape(data.shape), whole
@@ -51,7 +46,7 @@ def guarded_output(shape: int | tuple[int, ...], dtype: Any = np.float32, fill: 
 def check_guard(whole: Any, size: int, name: str, fill: Any = None) -> None:
     """Raise KernelFault naming the first element past `size` of `whole` that the kernel changed (NaN-aware)."""
     tail = np.asarray(cudl.to_numpy(whole[size:]))
-    f = poison(tail.dtype) if fill is None else fill
+    f = poison_value(tail.dtype) if fill is None else fill
     kept = np.isnan(tail) if tail.dtype.kind == "f" and np.isnan(f) else tail == f
     if not kept.all():
         changed = np.flatnonzero(~kept)
