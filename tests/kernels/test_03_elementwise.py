@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import cudl
-from cudl.check import RTOL, compare
+from cudl.check import RTOL, bf16_to_float, compare, float_to_bf16
 
 THREADS = 256
 BLOCKS = 8  # a small grid, so that the grid-stride loops take several trips on every size below
@@ -113,19 +113,14 @@ REFERENCE = {
 }
 
 
-def to_bf16(a: np.ndarray) -> np.ndarray:
-    u = np.asarray(a, np.float32).view(np.uint32)  # uint32 arithmetic wraps only for NaN bits
-    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
-
-
-def from_bf16(bits: np.ndarray) -> np.ndarray:
-    return (np.asarray(bits).astype(np.uint32) << 16).view(np.float32)
+to_bf16, from_bf16 = float_to_bf16, bf16_to_float  # bf16 travels as uint16 bits
 
 
 def make(n: int, dtype: str, scale: float = 3.0):
-    """Fresh inputs; tiny arrays stay in [-2, 2], where fp32 erf-GELU is accurate element by element."""
+    """Fresh inputs; tiny arrays stay in [-min(scale, 2), min(scale, 2)], where fp32 erf-GELU is accurate
+    element by element."""
     rng = np.random.default_rng()
-    x = (rng.standard_normal(n) * scale if n >= 64 else rng.uniform(-2, 2, n)).astype(np.float32)
+    x = (rng.standard_normal(n) * scale if n >= 64 else rng.uniform(-1, 1, n) * min(scale, 2.0)).astype(np.float32)
     return cudl.xp.asarray(to_bf16(x) if dtype == "bfloat16" else x.astype(dtype))
 
 
@@ -180,7 +175,11 @@ def test_gelu_forward_vec(dtype):
 def test_bias_gelu_forward(dtype):
     k = LOADERS["bias_gelu_forward", dtype]()
     for rows, cols in ((1, 1), (1, 8), (3, 77), (13, 1000), (9, 4096), (20, 1001), (300, 3)):
-        x, b, y = make(rows * cols, dtype), make(cols, dtype, 1.0), poisoned(rows * cols, dtype)
+        # Tiny arrays are compared element by element: keep x + b in [-2, 2], where fp32 erf-GELU is accurate
+        # (further into the negative tail 1 + erf cancels; a single element there once failed CI).
+        tiny = rows * cols < 64
+        x = make(rows * cols, dtype, 1.0 if tiny else 3.0)
+        b, y = make(cols, dtype, 1.0), poisoned(rows * cols, dtype)
         k((BLOCKS,), (THREADS,), (x, b, y, rows, cols))
         ref = REFERENCE["gelu_erf"][0](values(x, dtype).reshape(rows, cols) + values(b, dtype)).ravel()
         assert_close(y, ref, dtype, f"bias_gelu_forward<{dtype}> {rows}x{cols}")
