@@ -95,3 +95,22 @@ def glue(name: str, value: Any, fmt: str = "") -> None:
     text = format(value, fmt) if fmt else str(value)
     prefix = "application/papermill.record/"  # hidden in the notebook, read by Jupyter Book
     display({prefix + "text/plain": text}, raw=True, metadata={"scrapbook": {"name": name, "mime_prefix": prefix}})
+
+
+def show(file_or_source: str, *, lines: tuple[int, int] | None = None, language: str = "cuda") -> None:
+    """Display a kernel file of kernels_src/ (or source text) as highlighted code, in the notebook and on the site.
+
+    The output is Markdown holding a fenced code block: myst-nb renders it with the book's highlighting, and
+    Jupyter/Colab render it as code too. `lines=(first, last)` shows only those lines (1-based, inclusive).
+    """
+    from IPython.display import display
+
+    from .compile import resolve
+
+    text, shown = resolve(file_or_source)
+    src = text.rstrip("\n").splitlines()
+    if lines is not None:
+        src = src[lines[0] - 1 : lines[1]]
+    body = "\n".join(src)
+    fence = "````" if "```" in body else "```"
+    display({"text/markdown": f"{fence}{language}\n{body}\n{fence}", "text/plain": body}, raw=True)

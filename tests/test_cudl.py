@@ -261,3 +261,17 @@ def test_sync_keeps_outputs_when_only_prose_changes(tmp_path):
     nb.cells[-1].outputs = []
     nbformat.write(nb, ipynb)
     assert any("stores no outputs" in p for p in nbtools.problems(tmp_path))
+
+
+def test_show_displays_highlighted_cuda(capsys):
+    import IPython.display
+
+    shown = []
+    orig = IPython.display.display
+    IPython.display.display = lambda obj, raw=False: shown.append(obj)
+    try:
+        cudl.show("01-first-kernel/vector_add.cu", lines=(1, 2))
+    finally:
+        IPython.display.display = orig
+    md = shown[0]["text/markdown"]
+    assert md.startswith("```cuda\n// vector_add") and md.endswith("```") and md.count("\n") == 3

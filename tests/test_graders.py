@@ -74,3 +74,18 @@ def test_guard_zone_catches_a_stray_write():
     whole[8] = 0
     with pytest.raises(KernelFault, match=r"idx\[8\]"):
         check_guard(whole, 5, "idx")
+
+
+def test_hint_tiers_print_in_order(capsys):
+    from cudl.grade import Grader, hint
+
+    REGISTRY["_tiers"] = Grader("_tiers", ("k",), [{}] * 4, [{}] * 4, lambda load, case: [], ("first", "second"))
+    try:
+        assert REGISTRY["_tiers"].hint == "first"
+        hint("_tiers", 2)
+        out = capsys.readouterr().out
+        assert "Hint 2/2" in out and "second" in out and "solution notebook" in out
+        hint("_tiers", 1)
+        assert "hint('_tiers', 2) gives more" in capsys.readouterr().out
+    finally:
+        del REGISTRY["_tiers"]

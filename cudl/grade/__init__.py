@@ -26,6 +26,11 @@ from typing import Any
 Pairs = Sequence[tuple[Any, Any]]
 
 
+class Refuse(Exception):
+    """Raised by a grader's `run` for a kernel that computes the right numbers the wrong way (uncoalesced,
+    bank-conflicted, one thread doing all the work): the message becomes the FAIL line's reason."""
+
+
 @dataclass
 class Grader:
     name: str
@@ -33,26 +38,54 @@ class Grader:
     cases: list[dict[str, Any]]  # GPU cases; the first ones are the edge cases
     emulator_cases: list[dict[str, Any]]
     run: Callable[[Callable[[str], Any], dict[str, Any]], Pairs]
-    hint: str
+    hints: tuple[str, ...]  # tiers: the FAIL line gives the first, cudl.grade.hint(name, k) the k-th
     rtol: float | None = None
     time_limit: float | None = None  # seconds for all cases together, after compilation
     options: tuple[str, ...] = field(default_factory=tuple)
+    # Speed-graded exercises: dict(case={...}, factor=F): on a GPU, a correct kernel slower than F times the
+    # solution's time on that case gets SLOW instead of PASS.
+    speed: dict[str, Any] | None = None
+
+    @property
+    def hint(self) -> str:
+        return self.hints[0] if self.hints else ""
 
 
 REGISTRY: dict[str, Grader] = {}
 
 
 def grader(name: str, *, kernels: Sequence[str], cases: list[dict[str, Any]],
-           emulator_cases: list[dict[str, Any]] | None = None, hint: str = "", rtol: float | None = None,
-           time_limit: float | None = None) -> Callable:
-    """Register `run(load, case) -> [(out, ref), ...]` as the grader `name`."""
+           emulator_cases: list[dict[str, Any]] | None = None, hint: str | Sequence[str] = "",
+           rtol: float | None = None, time_limit: float | None = None,
+           speed: dict[str, Any] | None = None) -> Callable:
+    """Register `run(load, case) -> [(out, ref), ...]` as the grader `name`.
+
+    `hint` is one string or a list of tiers, from a pointer to nearly the answer (the solution is the last step).
+    """
     if emulator_cases is not None and len(emulator_cases) != len(cases):
         raise ValueError(f"grader {name}: the stored PASS line counts cases, so both backends need as many")
+    hints = (hint,) if isinstance(hint, str) else tuple(hint)
 
     def wrap(fn: Callable) -> Callable:
-        REGISTRY[name] = Grader(name, tuple(kernels), cases, emulator_cases or cases, fn, hint, rtol, time_limit)
+        REGISTRY[name] = Grader(name, tuple(kernels), cases, emulator_cases or cases, fn, hints, rtol, time_limit,
+                                speed=speed)
         return fn
     return wrap
+
+
+def hint(name: str, level: int = 2) -> None:
+    """Print hint tier `level` (1 = the pointer in the FAIL line) of grader `name`."""
+    _load_all()
+    if name not in REGISTRY:
+        raise KeyError(f"no grader {name!r}; known: {', '.join(sorted(REGISTRY))}")
+    hints = REGISTRY[name].hints
+    if not hints:
+        print(f"{name}: no hints")
+        return
+    k = max(1, min(level, len(hints)))
+    more = (f" (cudl.grade.hint({name!r}, {k + 1}) gives more)" if k < len(hints)
+            else " (that is the last hint: next is the solution notebook)")
+    print(f"Hint {k}/{len(hints)} for {name}: {hints[k - 1]}{more}")
 
 
 def _describe(case: dict[str, Any]) -> str:
@@ -95,6 +128,9 @@ def _child(name: str, source: str, backend: str, conn: Any) -> None:
                     return
         except KernelFault as exc:
             conn.send(("crash", (i, str(exc))))
+            return
+        except Refuse as exc:
+            conn.send(("fail", (i, str(exc))))
             return
         except Exception as exc:
             text = f"{type(exc).__name__}: {exc}"
@@ -204,6 +240,8 @@ def _load_all() -> None:
 
 
 def __getattr__(name: str) -> Callable[..., Verdict | None]:
+    if name.startswith("__"):
+        raise AttributeError(name)
     _load_all()
     if name in REGISTRY:
         return functools.partial(run, name)
