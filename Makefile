@@ -41,9 +41,18 @@ test: venv browser lint
 sync: venv
 	$(BIN)/python -m cudl.nbtools sync
 
-lab: venv
-	$(BIN)/python -m pip install -q jupyterlab jupytext
-	cd chapters && ../$(BIN)/jupyter lab
+# JupyterLab on the whole book (chapters/, exercises/, solutions/); extra options through LAB_ARGS, e.g.
+# `make lab LAB_ARGS="--no-browser --port=8899"` on a remote machine. Jupyter refuses to run as root without
+# --allow-root (Docker images, cloud notebooks, CI runners run as root), so root gets it, and nobody else.
+LAB_STAMP := $(VENV)/.lab-installed
+LAB_ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root)
+
+$(LAB_STAMP): $(STAMP)
+	$(BIN)/python -m pip install -q "jupyterlab>=4"
+	touch $@
+
+lab: $(LAB_STAMP)
+	$(BIN)/jupyter lab $(LAB_ROOT_FLAG) $(LAB_ARGS)
 
 # On a GPU machine (CuPy installed): re-execute every chapter and solution, store outputs, update benchmarks/.
 execute:
