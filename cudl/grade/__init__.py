@@ -53,6 +53,7 @@ class Grader:
     # Speed-graded exercises: dict(case={...}, factor=F): on a GPU, a correct kernel slower than F times the
     # solution's time on that case gets SLOW instead of PASS.
     speed: dict[str, Any] | None = None
+    solution: str | None = None  # the reference kernel source for speed; default: the one in solutions/
 
     @property
     def hint(self) -> str:
@@ -65,7 +66,7 @@ REGISTRY: dict[str, Grader] = {}
 def grader(name: str, *, kernels: Sequence[str], cases: list[dict[str, Any]],
            emulator_cases: list[dict[str, Any]] | None = None, hint: str | Sequence[str] = "",
            rtol: float | None = None, time_limit: float | None = None,
-           speed: dict[str, Any] | None = None) -> Callable:
+           speed: dict[str, Any] | None = None, solution: str | None = None) -> Callable:
     """Register `run(load, case) -> [(out, ref), ...]` as the grader `name`.
 
     `hint` is one string or a list of tiers, from a pointer to nearly the answer (the solution is the last step).
@@ -79,7 +80,7 @@ def grader(name: str, *, kernels: Sequence[str], cases: list[dict[str, Any]],
 
     def wrap(fn: Callable) -> Callable:
         REGISTRY[name] = Grader(name, tuple(kernels), cases, emulator_cases or cases, fn, hints, rtol, time_limit,
-                                speed=speed)
+                                speed=speed, solution=solution)
         return fn
     return wrap
 
@@ -323,9 +324,12 @@ def _combine(g: Grader, verdicts: list[Verdict], skipped: str) -> Verdict:
 
 @functools.lru_cache(maxsize=1)
 def _load_all() -> None:
+    """Import every chapter's graders, and the modules named in CUDL_GRADE_MODULES (an instructor's own)."""
     for mod in pkgutil.iter_modules(__path__):
         if mod.name.startswith("ch"):
             importlib.import_module(f"{__name__}.{mod.name}")
+    for extra in filter(None, os.environ.get("CUDL_GRADE_MODULES", "").split(",")):
+        importlib.import_module(extra.strip())
 
 
 def __getattr__(name: str) -> Callable[..., Verdict | None]:

@@ -87,7 +87,7 @@ def grade(name: str, source: str, send: Send, speed: bool = False) -> None:
     if speed and g.speed and cudl.on_gpu():
         from cudl.grade.speed import measure, solution_source
 
-        ref_src = solution_source(name)
+        ref_src = g.solution or solution_source(name)
         if ref_src is None:
             send("timing", None)
         else:

@@ -18,8 +18,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-ROUNDS = 3  # student/solution pairs of medians
-MIN_FACTOR = 1.5  # a target tighter than this would be a coin toss between two correct kernels
+ROUNDS = 3  # student/solution pairs of medians: SLOW needs all of them
+MIN_FACTOR = 1.5  # (1 + 20%) / (1 - 20%) < 1.5: medians off by 20% cannot make the solution SLOW
 SOLUTIONS_DIR = Path(__file__).resolve().parents[2] / "solutions"
 
 Launches = Sequence[tuple[Any, tuple, dict]]
