@@ -80,3 +80,17 @@ def test_solution_compiles_with_nvrtc12_for_t4(name, source):
 def test_nvrtc12_reports_errors():
     with pytest.raises(Exception, match="NVRTC 12 for sm_75"):
         nvrtc12.compile_cubin('extern "C" __global__ void k() { undefined_call(); }', "bad.cu")
+
+
+def test_driver_older_than_cupy_is_diagnosed():
+    """cudl.setup() prints one sentence saying what to do when the driver is older than CuPy's CUDA."""
+    from cudl.env import driver_problem
+
+    gpu = dict(backend="gpu", driver="12.4", runtime="12.4", nvrtc="12.4", kernel_format="cubin")
+    assert driver_problem(gpu) == ""
+    assert driver_problem({**gpu, "nvrtc": "12.9"}) == ""  # cubins of a newer 12.x load on a 12.4 driver
+    ptx = driver_problem({**gpu, "nvrtc": "12.9", "kernel_format": "PTX"})
+    assert "CUDA_ERROR_UNSUPPORTED_PTX_VERSION" in ptx and "CUPY_COMPILE_WITH_PTX" in ptx
+    major = driver_problem({**gpu, "runtime": "13.0", "nvrtc": "13.0"})
+    assert "pip install cupy-cuda12x" in major, major
+    assert driver_problem(dict(backend="emulator")) == ""
