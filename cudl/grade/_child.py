@@ -24,6 +24,9 @@ class _Watched:
     def __init__(self, kernel: Any, send: Send, record: list | None = None):
         self.kernel, self.send, self.record = kernel, send, record
 
+    def __getattr__(self, name: str) -> Any:  # num_regs, max_threads_per_block, ... of the kernel itself
+        return getattr(self.kernel, name)
+
     def __call__(self, *args: Any, **kwargs: Any) -> None:
         import cudl
 
