@@ -60,7 +60,8 @@ def main() -> None:
               f"| {v.line[:120]} | {dt:.1f} s")
 
     hang = ('extern "C" __global__ void saxpy(int n, float a, const float* x, float* y) {\n'
-            "    volatile int spin = 0;\n    while (spin == 0) { }\n}\n")
+            "    volatile float* p = y;  // a volatile global read: no compiler may drop the loop\n"
+           "    while (p[0] == p[0]) { }\n}\n")
     _, v, dt = timed("saxpy", hang)
     print(f"hung kernel: {v.status} after {dt:.1f} s: {v.line[:140]}")
 

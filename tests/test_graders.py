@@ -70,10 +70,12 @@ def test_solution_passes_well_inside_the_launch_limit(name, source):
 
 def test_hung_kernel_is_reported_within_15_s():
     src = ('extern "C" __global__ void saxpy(int n, float a, const float* x, float* y) {\n'
-           "    volatile int spin = 0;\n    while (spin == 0) { }\n}\n")
+           "    volatile float* p = y;  // a volatile global read: no compiler may drop the loop\n"
+           "    while (p[0] == p[0]) { }\n}\n")
     t0 = time.monotonic()
     verdict = run("saxpy", src, quiet=True)
-    assert verdict.status == "TIMEOUT" and "case 1/" in verdict.line, verdict.line
+    # TIMEOUT from the grader's limit, or CRASH from the emulator's own hang watchdog where it has one
+    assert verdict.status in ("TIMEOUT", "CRASH") and "case 1/" in verdict.line, verdict.line
     assert time.monotonic() - t0 < 15 + 10  # 10 s of limit; compiling takes the rest (g++, NVRTC)
 
 
