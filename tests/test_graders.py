@@ -271,3 +271,21 @@ def test_hint_tiers_print_in_order(capsys):
         assert "hint('_tiers', 2) gives more" in capsys.readouterr().out
     finally:
         del REGISTRY["_tiers"]
+
+
+def test_two_grading_processes_side_by_side():
+    """The machinery of a GPU verdict's cross-check, on two emulator processes: the second one's finding wins."""
+    from cudl.grade import _Job, _wait
+
+    g = REGISTRY["block_sum"]
+    mutant = (ROOT / "tests/mutants/04-reductions/block_sum__early_return.cu").read_text()
+    jobs = [_Job(g, dict(_solutions())["block_sum"], "emulator", LAUNCH_S, False),
+            _Job(g, mutant, "emulator", LAUNCH_S, False)]
+    try:
+        _wait(jobs, lambda: all(j.verdict is not None for j in jobs))
+    finally:
+        for j in jobs:
+            j.close()
+    assert jobs[0].verdict.status == "PASS", jobs[0].verdict.line
+    v = _combine(g, [jobs[0].verdict, jobs[1].verdict], "")
+    assert v.status == "CRASH" and "__syncthreads()" in v.line and v.line.endswith("right numbers this time]")
