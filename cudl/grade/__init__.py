@@ -127,6 +127,8 @@ def _compiler() -> str | None:
 
 @dataclass
 class Verdict:
+    """One grading result: the status, the line printed (nbval compares it), details such as a compile log."""
+
     status: str  # PASS FAIL TIMEOUT CRASH SLOW
     line: str
     detail: str = ""
@@ -157,8 +159,11 @@ class _Job:
         self.fd, self.buf, self.eof = read, b"", False
         self.messages: list[list[Any]] = []
         assert self.proc.stdin is not None
-        self.proc.stdin.write(json.dumps(dict(name=g.name, source=source, fd=write, speed=speed)).encode())
-        self.proc.stdin.close()
+        try:
+            self.proc.stdin.write(json.dumps(dict(name=g.name, source=source, fd=write, speed=speed)).encode())
+            self.proc.stdin.close()
+        except BrokenPipeError:  # the process died at start: step() reports it
+            pass
         now = time.monotonic()
         self.deadline, self.launch_deadline, self.launch_start = now + COMPILE_S, None, 0.0
         self.current, self.kernel, self.slowest = -1, "", 0.0
@@ -172,7 +177,13 @@ class _Job:
         if not chunk:
             self.eof = True
         *lines, self.buf = (self.buf + chunk).split(b"\n")
-        self.messages += [json.loads(ln) for ln in lines if ln.strip()]
+        for ln in lines:
+            try:
+                msg = json.loads(ln)
+            except ValueError:
+                continue
+            if isinstance(msg, list) and len(msg) == 2:  # else not ours: an emulated kernel is native code
+                self.messages.append(msg)
 
     def where(self, i: int) -> str:
         n = len(self.cases)

@@ -27,7 +27,10 @@ def expected_graders(path: Path) -> list[str]:
 def grade_notebook(path: Path) -> list[tuple[str, str, str]]:
     """(grader, status, verdict line) for every graded cell of `path` and every expected one it lacks."""
     rows = []
-    found = graded_sources(path)
+    try:
+        found = graded_sources(path)
+    except (OSError, ValueError) as exc:  # not a notebook, or truncated JSON
+        return [("", "FAIL", f"FAIL: cannot read {path.name} as a notebook ({type(exc).__name__}: {exc})")]
     for cell in found:
         if cell.grader not in REGISTRY:
             rows.append((cell.grader, "FAIL", f"FAIL {cell.grader}: no such grader (cudl.grade.{cell.grader})"))
