@@ -327,7 +327,8 @@ def format_log(log: str, source: str, shown: str, context: int = 1) -> str:
 def cuda_include_dirs() -> list[str]:
     """Directories holding cuda_fp16.h & co., for NVRTC runs outside CuPy."""
     candidates = [os.environ.get("CUDA_PATH", ""), os.environ.get("CUDA_HOME", ""), "/usr/local/cuda"]
-    return [f"{c}/include" for c in candidates if c and Path(c, "include", "cuda_fp16.h").is_file()][:1]
+    found = [f"{c}/include" for c in candidates if c and Path(c, "include", "cuda_fp16.h").is_file()][:1]
+    return found + [f"{d}/cccl" for d in found if Path(d, "cccl").is_dir()]  # CUDA 13 keeps cuda/std there
 
 
 def _nvrtc(source: str, shown: str, options: list[str], name_expressions: tuple[str, ...], cubin: bool,

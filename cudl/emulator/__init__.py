@@ -49,7 +49,7 @@ OPTIONAL_FLAGS = ["-fno-finite-loops",  # a spin loop must spin (and time out) a
 # Features the emulator cannot run: (regex on the source without comments, what the message calls it).
 UNSUPPORTED = [
     (r"\basm\s*(?:volatile\s*)?\(|\b__asm__\b", "inline PTX asm"),
-    (r"cp\.async|__pipeline_memcpy_async|__pipeline_commit|cuda::memcpy_async|cuda::pipeline", "cp.async"),
+    (r"cp\.async|__pipeline_memcpy_async|__pipeline_commit|\bmemcpy_async\b|cuda::pipeline", "cp.async"),
     (r"\bwgmma\b", "wgmma"),
     (r"\bCUtensorMap\b|cp\.async\.bulk|cuda::barrier|cuda::ptx", "TMA / cuda::barrier"),
     (r"\bthis_multi_grid\b", "cooperative-groups multi-grid sync"),
@@ -305,7 +305,8 @@ def nvrtc_check(source: str, shown: str, options: tuple[str, ...], names: tuple[
     except ImportError:
         return {}
     version = ".".join(map(str, nvrtc.nvrtcVersion()[1:]))
-    key = hashlib.sha256("\0".join([version, shown, *options, "|", *names, source]).encode()).hexdigest()[:32]
+    key = "\0".join([version, *cc.cuda_include_dirs(), shown, *options, "|", *names, source])
+    key = hashlib.sha256(key.encode()).hexdigest()[:32]
     memo = cache_dir() / f"nvrtc-{key}.json"
     if memo.is_file():
         got = json.loads(memo.read_text())
@@ -313,9 +314,10 @@ def nvrtc_check(source: str, shown: str, options: tuple[str, ...], names: tuple[
         try:
             got = {"resources": cc.nvrtc_resources(source, shown, "sm_80", options, names)}
         except CompileError as exc:
-            missing = re.findall(r'cannot open source file "([^"]+)"', str(exc))
-            got = {"resources": {}} if missing and all(Path(m).name in _SHIMS for m in missing) else {
-                "error": str(exc)}
+            # A header missing from this machine's CUDA (not the source's fault) makes NVRTC no judge here.
+            missing = re.findall(r'^(.*?):\d+: .*cannot open source file "([^"]+)"', str(exc), re.M)
+            env = missing and all(f != shown or Path(h).name in _SHIMS for f, h in missing)
+            got = {"resources": {}} if env else {"error": str(exc)}
         tmp = memo.with_suffix(f".{os.getpid()}.tmp")
         tmp.write_text(json.dumps(got))
         os.replace(tmp, memo)
