@@ -22,7 +22,10 @@ def device_info() -> dict[str, Any]:
     except ImportError:
         info["torch"] = None
     if not on_gpu():
-        info.update(gpu="CPU emulator", cc=None, cpu=platform.processor() or platform.machine())
+        from .emulator import device
+
+        info.update(gpu="CPU emulator", cc=None, cpu=platform.processor() or platform.machine(),
+                    mimics=device())  # the GPU whose limits the emulator enforces
         return info
     import cupy
 
@@ -55,8 +58,11 @@ def banner() -> str:
         return (f"cudl: {i['gpu']} (sm_{i['cc'].replace('.', '')}, {i['sms']} SMs, {i['memory_gib']:.0f} GiB, "
                 f"L2 {i['l2_mib']:.0f} MiB) | driver CUDA {i['driver']}, runtime {i['runtime']}, "
                 f"CuPy {i['cupy']}, PyTorch {i['torch'] or 'not installed'} | backend: gpu")
+    m = i["mimics"]
     return (f"cudl: no GPU, running on the CPU emulator ({fallback_reason()}). Kernels run correctly but "
-            "slowly, and cells that measure GPU performance (%%gpu) are skipped.")
+            "slowly, and cells that measure GPU performance (%%gpu) are skipped. Limits enforced: a "
+            f"{m['name']}'s ({m['max_threads_per_block']} threads and {m['max_smem_per_block_optin'] // 1024} KiB "
+            "shared memory per block).")
 
 
 def _gpu_cell(line: str, cell: str) -> None:
