@@ -10,7 +10,17 @@ from typing import Any
 import numpy as np
 
 from . import backend as _backend
-from .compile import Param, cuda_include_dirs, format_log, global_vars, parse_params, resolve, with_line_directive
+from .compile import (
+    Param,
+    cuda_include_dirs,
+    format_log,
+    global_vars,
+    kernel_decls,
+    parse_params,
+    preprocess,
+    resolve,
+    with_line_directive,
+)
 from .errors import CompileError
 
 # C parameter types and the NumPy types their arguments are converted to.
@@ -81,7 +91,7 @@ class Kernel:
             import cupy
 
             ptr = self.module.get_global(name)
-            nbytes = getattr(ptr.mem, "size", 0) or int(np.prod(var.shape or (0,))) * dtype.itemsize
+            nbytes = int(np.prod(var.shape)) * dtype.itemsize if var.shape is not None else 0  # CuPy: size 0
             flat = cupy.ndarray((nbytes // dtype.itemsize,), dtype, ptr)
         else:
             addr, nbytes = self._impl.global_memory(name)
@@ -202,8 +212,10 @@ def load(file_or_source: str, name: str, *, options: Sequence[str] = (),
     options = tuple(options)
     gpu = _backend.on_gpu()
     params = parse_params(source, name, options, emulator=not gpu)
-    if gpu:
-        mod = _gpu_module(source, shown, options, names)
+    if gpu:  # every kernel by name expression, so that C++ (mangled) names are found too
+        found = [d.name for d in kernel_decls(preprocess(source, options)) if d.template is None and d.at_file_scope]
+        unique = [k for k in found if found.count(k) == 1]  # an overloaded name is no name expression
+        mod = _gpu_module(source, shown, options, tuple(dict.fromkeys([*unique, *names])))
         return Kernel(name, params, shown, mod.get_function(name), "gpu", mod, source, options)
     from . import emulator
 

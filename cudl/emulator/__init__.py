@@ -270,24 +270,22 @@ def fiber_kernels(source: str, kernels: list[str]) -> set[str]:
     return {k for k in kernels if needs & set(re.findall(r"\w+", k.split("<")[0]))}  # ns::k: "ns" or "k"
 
 
-# The GPU the emulator's limits come from (CUDA C++ Programming Guide, "Technical Specifications per Compute
-# Capability"; CUDL_EMULATOR_DEVICE picks another). Static shared memory is 48 KiB on all of them.
-DEVICES = {
-    "T4": dict(name="Tesla T4", cc="7.5", sms=40, max_threads_per_block=1024, max_smem_per_block_optin=64 * 1024),
-    "A100": dict(name="NVIDIA A100", cc="8.0", sms=108, max_threads_per_block=1024,
-                 max_smem_per_block_optin=163 * 1024),
-    "H100": dict(name="NVIDIA H100", cc="9.0", sms=132, max_threads_per_block=1024,
-                 max_smem_per_block_optin=227 * 1024),
-}
-STATIC_SMEM_LIMIT = 48 * 1024
+# The GPUs whose limits the emulator can enforce (CUDL_EMULATOR_DEVICE; per-block limits from cudl.occupancy's
+# table of the CUDA C++ Programming Guide). Static shared memory is at most 48 KiB on all of them (ptxas).
+DEVICES = {"T4": ("Tesla T4", "7.5", 40), "A100": ("NVIDIA A100", "8.0", 108), "H100": ("NVIDIA H100", "9.0", 132)}
 
 
 def device() -> dict[str, Any]:
     """The limits the emulator enforces: a T4's by default (Colab's GPU), so that what runs here runs there."""
+    from ..occupancy import LIMITS
+
     key = os.environ.get("CUDL_EMULATOR_DEVICE", "T4").upper()
     if key not in DEVICES:
         raise ValueError(f"CUDL_EMULATOR_DEVICE={key}: choose one of {', '.join(DEVICES)}")
-    return DEVICES[key]
+    name, cc, sms = DEVICES[key]
+    lim = LIMITS[cc]
+    return dict(name=name, cc=cc, sms=sms, max_threads_per_block=lim.max_threads_per_block,
+                max_smem_per_block_optin=lim.smem_per_block)
 
 
 # Headers the emulator provides itself: an NVRTC without CUDA's headers is no judge of sources that use them.
