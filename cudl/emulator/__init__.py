@@ -202,8 +202,28 @@ def check_supported(source: str, shown: str) -> None:
         m = re.search(pattern, text)
         if m:
             line = text.count("\n", 0, m.start()) + 1
+            if m.group() == "<<<" and not _in_device_code(text, m.start()):
+                raise CompileError(f"{shown}:{line}: a kernel launch <<<...>>> in host code: cudl.load compiles "
+                                   "device code only (as NVRTC does); keep the kernels and launch them from "
+                                   "Python: k(grid, block, (args...))")
             raise EmulatorUnsupported(f"not supported on the CPU emulator: {what} ({shown}:{line}); "
                                       "run this cell on a GPU")
+
+
+def _in_device_code(text: str, pos: int) -> bool:
+    """Whether `pos` lies in the body of a __global__ or __device__ function (by the head of its outermost block)."""
+    depth, start = 0, -1
+    for i in range(pos):
+        if text[i] == "{":
+            depth += 1
+            if depth == 1:
+                start = i
+        elif text[i] == "}":
+            depth -= 1
+    if depth == 0 or start < 0:
+        return False
+    head = text[max(text.rfind(";", 0, start), text.rfind("}", 0, start)) + 1:start]
+    return bool(re.search(r"\b(__global__|__device__)\b", head))
 
 
 _EXTERN_SHARED = re.compile(
@@ -310,7 +330,8 @@ def nvrtc_check(source: str, shown: str, options: tuple[str, ...], names: tuple[
         got = json.loads(memo.read_text())
     else:
         try:
-            got = {"resources": cc.nvrtc_resources(source, shown, "sm_80", options, names)}
+            opts = tuple(o for o in options if not o.startswith(("-arch", "--gpu-architecture")))  # ours: sm_80
+            got = {"resources": cc.nvrtc_resources(source, shown, "sm_80", opts, names)}
         except CompileError as exc:
             # A header missing from this machine's CUDA (not the source's fault) makes NVRTC no judge here.
             missing = re.findall(r'^(.*?):\d+: .*cannot open source file "([^"]+)"', str(exc), re.M)

@@ -148,6 +148,13 @@ __global__ void parent(int* x) { child<<<1, 1>>>(x); }"""
         cudl.load(src, "parent")
 
 
+def test_host_code_launch_named():
+    src = """__global__ void k(int* x) { x[0] = 1; }
+int main() { int* x; k<<<1, 1>>>(x); return 0; }"""
+    with pytest.raises(cudl.CompileError, match=r"<kernel source>:2: a kernel launch <<<...>>> in host code"):
+        cudl.load(src, "k")
+
+
 def test_grid_sync_refused_at_the_sync():
     src = """#include <cooperative_groups.h>
 namespace cg = cooperative_groups;
