@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -366,16 +367,24 @@ def _compile_module(source: str, shown: str, options: tuple[str, ...], names: tu
     found = [d.name for d in decls if d.template is None and d.at_file_scope]
     qualified = {k.split("::")[-1]: k for k in found}
     names = tuple(qualified.get(n, n) for n in names)
-    resources = nvrtc_check(source, shown, options, names)
     accessors = "".join(f"CUDL_GLOBAL({g})\n" for g in cc.global_vars(source, options, True))
     rt = runtime()  # load first: kernel libraries resolve __cudl_rt_* against it
-    for kernels in dict.fromkeys((tuple(dict.fromkeys([*found, *names])), tuple(names))):
+    pch = _pch_dir()
+
+    def build(kernels: tuple[str, ...]) -> tuple[Path, str]:
         entries = "\n".join(f"CUDL_ENTRY({i}, {k})" for i, k in enumerate(kernels))
         text = ('#include "cudl_prelude.h"\n' + redefine + with_line_directive(rewrite(source, shown), shown) +
                 '\n#line 1 "<cudl entry points>"\n' + entries + "\n" + accessors)
-        path, log = _build(text, "", [*_pch_dir(), *flags], "kernel")
-        if not log:
-            break
+        return _build(text, "", [*pch, *flags], "kernel")
+
+    kernels = tuple(dict.fromkeys([*found, *names]))
+    with ThreadPoolExecutor(1) as pool:  # g++ builds while NVRTC checks
+        first = pool.submit(build, kernels)
+        resources = nvrtc_check(source, shown, options, names)
+        path, log = first.result()
+    if log and kernels != names:
+        kernels = names
+        path, log = build(kernels)
     if log:
         raise CompileError(f"{shown} does not compile (g++, CPU emulator):\n" + format_log(log, source, shown))
     lib = ctypes.CDLL(str(path))
