@@ -729,6 +729,21 @@ extern "C" __global__ void big_tile(const float* __restrict__ x, float* __restri
     out[i] = s[base + (tile.thread_rank() + 32) % 64];
 }
 
+// scans over a tile of 8, binary_partition, and a tile sized at run time (a thread_group)
+#include <cooperative_groups/scan.h>
+extern "C" __global__ void scans_and_partitions(const int* __restrict__ x, int* __restrict__ out) {
+    cg::thread_block block = cg::this_thread_block();
+    auto t8 = cg::tiled_partition<8>(block);
+    int i = blockIdx.x * blockDim.x + threadIdx.x, v = x[i];
+    out[4 * i] = cg::inclusive_scan(t8, v);
+    out[4 * i + 1] = cg::exclusive_scan(t8, v, cg::plus<int>());
+    cg::coalesced_group half = cg::binary_partition(t8, v % 2 == 0);
+    out[4 * i + 2] = cg::reduce(half, v, cg::plus<int>());
+    cg::thread_group t4 = cg::tiled_partition(block, 4);
+    t4.sync();
+    out[4 * i + 3] = t4.thread_rank() * 100 + t4.size();
+}
+
 // __constant__ and __device__ variables written and read from Python; a null pointer argument
 __constant__ float weights[5];
 __device__ unsigned int calls;
@@ -792,6 +807,21 @@ def test_cg_coalesced_and_labeled_groups():
         np.testing.assert_array_equal(got[lanes, 1], x[lanes].sum())
         np.testing.assert_array_equal(got[lanes, 2], [(x[lanes] % 3 == v % 3).sum() for v in x[lanes]])
     assert (got[0::2] == -1).all()
+
+
+def test_cg_scans_and_partitions():
+    x = RNG.integers(0, 50, 64).astype(np.int32)
+    out = dev(np.zeros(4 * 64, np.int32))
+    cudl.load(FRONTEND, "scans_and_partitions")(2, 32, (dev(x), out))
+    got = host(out).reshape(64, 4)
+    tiles = x.reshape(-1, 8)
+    inc = np.cumsum(tiles, 1)
+    np.testing.assert_array_equal(got[:, 0], inc.ravel())
+    np.testing.assert_array_equal(got[:, 1], (inc - tiles).ravel())
+    even = np.where(tiles % 2 == 0, tiles, 0).sum(1, keepdims=True)
+    odd = np.where(tiles % 2 == 1, tiles, 0).sum(1, keepdims=True)
+    np.testing.assert_array_equal(got[:, 2], np.where(tiles % 2 == 0, even, odd).ravel())
+    np.testing.assert_array_equal(got[:, 3], np.arange(64) % 4 * 100 + 4)
 
 
 def test_cg_this_grid_without_sync():

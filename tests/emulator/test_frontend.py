@@ -167,6 +167,18 @@ extern "C" __global__ void k(int* x) {
         cudl.load(src, "k")(2, 32, (np.zeros(64, np.int32),))
 
 
+def test_cg_errors_name_the_kernels_line():
+    src = """#include <cooperative_groups.h>
+namespace cg = cooperative_groups;
+extern "C" __global__ void k(int* x) {
+    cg::thread_block block = cg::this_thread_block();
+    if (block.thread_rank() < 8) block.sync();
+    x[0] = 1;
+}"""
+    with pytest.raises(cudl.KernelFault, match="<kernel source>:5"):
+        cudl.load(src, "k")(1, 32, (np.zeros(1, np.int32),))
+
+
 # ------------------------------------------------------------------------------ limits of the mimicked GPU
 
 def test_device_info_names_the_mimicked_gpu():
