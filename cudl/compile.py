@@ -222,10 +222,11 @@ _QUALIFIERS = {"__restrict__", "__restrict", "restrict", "__grid_constant__", "s
                "typename", "register"}
 
 
+_ATTRIBUTE = re.compile(r"\b(?:__attribute__|__align__|alignas|__declspec)\s*\((?:[^()]|\([^()]*\))*\)")
+
+
 def _param(decl: str, subst: dict[str, str], tdefs: dict[str, str]) -> Param:
-    decl = _SKIP_PARENS.sub("(", decl)  # attribute names go; their (empty-ish) parentheses follow
-    decl = re.sub(r"\(\s*[^()]*\)", " ", decl) if "(" in decl and "(*" not in decl else decl
-    decl = decl.split("=")[0].strip()
+    decl = _ATTRIBUTE.sub(" ", decl).split("=")[0].strip()
     arrays = re.findall(r"\[[^\]]*\]", decl)
     decl = re.sub(r"\[[^\]]*\]", "", decl)
     words = re.findall(r"[\w:]+|\*|&", decl)
@@ -259,6 +260,8 @@ def parse_params(source: str, name: str, options: tuple[str, ...] = (), emulator
     decls = [d for d in kernel_decls(text)
              if base_name.strip() in (d.name, d.name.split("::")[-1]) and (d.template is None) == (not targs)]
     if not decls:
+        if any(d.template and base_name.strip() in (d.name, d.name.split("::")[-1]) for d in kernel_decls(text)):
+            raise CompileError(f"{base_name} is a template kernel: name an instance, e.g. '{base_name}<float>'")
         found = ", ".join(kernel_names(source, tuple(options))) or "none"
         raise CompileError(f"no __global__ kernel named {base_name!r} in the source (kernels found: {found})")
     d = decls[-1]

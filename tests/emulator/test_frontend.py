@@ -68,6 +68,10 @@ namespace { __global__ void anon(int* y) {} }"""
     assert kernel_names(src) == ["ops::scale", "anon"]
     assert sig(src, "scale<double>") == [("x", "double*", True, "double", False),
                                          ("s", "double", False, "double", False)]
+    with pytest.raises(cudl.CompileError, match="template kernel: name an instance"):
+        parse_params(src, "scale")
+    assert sig("__global__ void k(__attribute__((unused)) int a, __align__(16) float* b) {}", "k") == [
+        ("a", "int", False, "int", False), ("b", "float*", True, "float", False)]
 
 
 def test_globals_found_with_their_shapes():
