@@ -352,7 +352,7 @@ def _nvrtc(source: str, shown: str, options: list[str], name_expressions: tuple[
         log_text = log.rstrip(b"\x00").decode(errors="replace")
         if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
             raise CompileError(f"{shown} does not compile {what}:\n" + format_log(log_text, source, shown)
-                               + _hints(log_text))
+                               + hints(log_text))
         binary, lowered = b"", {}
         if cubin:
             _, size = nvrtc.nvrtcGetCUBINSize(prog)
@@ -367,9 +367,9 @@ def _nvrtc(source: str, shown: str, options: list[str], name_expressions: tuple[
         nvrtc.nvrtcDestroyProgram(prog)
 
 
-def _hints(log: str) -> str:
+def hints(log: str) -> str:
     """A line that names the cause of errors beginners meet most."""
-    m = re.search(r'identifier "(INFINITY|NAN|HUGE_VALF?)" is undefined', log)
+    m = re.search(r"""(?:identifier "|['‘])(INFINITY|NAN|HUGE_VALF?)(?:" is undefined|['’] was not declared)""", log)
     if m:
         return (f"\nhint: {m.group(1)} is a <math.h> macro that NVRTC does not define: write CUDART_INF_F / "
                 "CUDART_NAN_F (#include <math_constants.h>) or __int_as_float(0x7f800000), or pass "

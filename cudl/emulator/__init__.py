@@ -196,9 +196,10 @@ def runtime() -> ctypes.CDLL:
     return lib
 
 
-def check_supported(source: str, shown: str) -> None:
-    """Raise EmulatorUnsupported for features the CPU cannot emulate."""
-    text = strip_comments(source)
+def check_supported(source: str, shown: str, options: tuple[str, ...] = ()) -> None:
+    """Raise EmulatorUnsupported for features the CPU cannot emulate, in the code the compiler sees (an
+    inactive `#if` branch or an unused macro may hold them)."""
+    text = cc.preprocess(source, tuple(options), True)
     for pattern, what in UNSUPPORTED:
         m = re.search(pattern, text)
         if m:
@@ -357,7 +358,7 @@ _MATH_MACROS = ("INFINITY", "NAN", "HUGE_VALF", "HUGE_VAL")
 
 @functools.lru_cache(maxsize=256)
 def _compile_module(source: str, shown: str, options: tuple[str, ...], names: tuple[str, ...]) -> Module:
-    check_supported(source, shown)
+    check_supported(source, shown, options)
     flags = cc.define_flags(options)
     redefine = "".join(f"#define {f[2:].partition('=')[0]} {f.partition('=')[2] or 1}\n" for f in flags
                        if f.startswith("-D") and f[2:].partition("=")[0] in _MATH_MACROS)
@@ -386,7 +387,8 @@ def _compile_module(source: str, shown: str, options: tuple[str, ...], names: tu
         kernels = names
         path, log = build(kernels)
     if log:
-        raise CompileError(f"{shown} does not compile (g++, CPU emulator):\n" + format_log(log, source, shown))
+        raise CompileError(f"{shown} does not compile (g++, CPU emulator):\n" + format_log(log, source, shown)
+                           + cc.hints(log))
     lib = ctypes.CDLL(str(path))
     index = {k: i for i, k in enumerate(kernels)}
     index.update({k.split("::")[-1]: i for k, i in index.items() if "<" not in k})

@@ -132,6 +132,12 @@ def test_infinity_names_the_cause_and_the_option_works():
     assert np.all(x == -np.inf)
 
 
+def test_infinity_hint_without_nvrtc(monkeypatch):
+    monkeypatch.setenv("CUDL_EMULATOR_NVRTC", "0")
+    with pytest.raises(cudl.CompileError, match="g\\+\\+(.|\n)*CUDART_INF_F"):
+        cudl.load(INF + "// without NVRTC\n", "k")
+
+
 def test_math_constants_header():
     src = '#include <math_constants.h>\nextern "C" __global__ void k(float* x) { x[0] = CUDART_INF_F; }\n'
     x = np.zeros(1, np.float32)
@@ -150,6 +156,23 @@ def test_dynamic_parallelism_refused():
 __global__ void parent(int* x) { child<<<1, 1>>>(x); }"""
     with pytest.raises(cudl.EmulatorUnsupported, match="dynamic parallelism"):
         cudl.load(src, "parent")
+
+
+def test_unsupported_code_in_an_inactive_branch_is_fine():
+    src = """#define LANE_ASM(l) asm volatile("mov.u32 %0, %%laneid;" : "=r"(l))
+extern "C" __global__ void lane(int* out) {
+#ifdef USE_PTX
+    unsigned l; LANE_ASM(l);
+#else
+    unsigned l = threadIdx.x % 32;
+#endif
+    out[threadIdx.x] = l;
+}"""
+    out = np.zeros(64, np.int32)
+    cudl.load(src, "lane")(1, 64, (out,))
+    np.testing.assert_array_equal(out, np.arange(64) % 32)
+    with pytest.raises(cudl.EmulatorUnsupported, match=r"inline PTX asm \(<kernel source>:4\)"):
+        cudl.load(src, "lane", options=["-DUSE_PTX"])
 
 
 def test_host_code_launch_named():
