@@ -91,7 +91,10 @@ class Kernel:
             import cupy
 
             ptr = self.module.get_global(name)
-            nbytes = int(np.prod(var.shape)) * dtype.itemsize if var.shape is not None else 0  # CuPy: size 0
+            if var.shape is None:  # CuPy reports no size: it must come from the declaration
+                raise ValueError(f"the size of {name} is not a plain number in {self.shown}: declare it with "
+                                 "numbers or #define'd numbers, e.g. __constant__ float w[25]")
+            nbytes = int(np.prod(var.shape)) * dtype.itemsize
             flat = cupy.ndarray((nbytes // dtype.itemsize,), dtype, ptr)
         else:
             addr, nbytes = self._impl.global_memory(name)
