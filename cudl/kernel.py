@@ -91,6 +91,9 @@ class Kernel:
             import cupy
 
             ptr = self.module.get_global(name)
+            if var.base not in SCALAR_TYPES:
+                raise ValueError(f"{name} is a {var.base}: get_global maps variables of scalar types (bytes of "
+                                 "a struct would need its size, which CuPy does not report)")
             if var.shape is None:  # CuPy reports no size: it must come from the declaration
                 raise ValueError(f"the size of {name} is not a plain number in {self.shown}: declare it with "
                                  "numbers or #define'd numbers, e.g. __constant__ float w[25]")
