@@ -103,7 +103,7 @@ class Kernel:
             addr, nbytes = self._impl.global_memory(name)
             raw = np.ctypeslib.as_array((ctypes.c_ubyte * nbytes).from_address(addr))
             flat = raw.view(dtype)
-        return flat.reshape(var.shape) if var.shape is not None and dtype != np.uint8 else flat
+        return flat.reshape(var.shape) if var.shape is not None and var.base in SCALAR_TYPES else flat
 
     def set_global(self, name: str, values: Any) -> None:
         """Copy `values` into a `__constant__` or `__device__` variable (shape and dtype must match)."""
