@@ -721,7 +721,8 @@ extern "C" __global__ void grid_rank(long long* __restrict__ out) {
 // a 64-thread tile (above a warp): its sync orders shared memory between two warps
 extern "C" __global__ void big_tile(const float* __restrict__ x, float* __restrict__ out) {
     __shared__ float s[128];
-    auto tile = cg::tiled_partition<64>(cg::this_thread_block());
+    __shared__ cg::block_tile_memory<128> scratch;  // needed below sm_80 (a T4)
+    auto tile = cg::tiled_partition<64>(cg::this_thread_block(scratch));
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     s[threadIdx.x] = x[i];
     tile.sync();
