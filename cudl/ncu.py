@@ -24,7 +24,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -163,11 +163,17 @@ def _number(text: str, unit: str) -> tuple[float, str] | None:
 
 def _to_ns(value: float, unit: str) -> float:
     """Durations are reported in ns whatever unit ncu printed."""
-    return {"second": 1e9, "sec": 1e9, "msecond": 1e6, "usecond": 1e3}.get(unit, 1.0) * value
+    scale = {"second": 1e9, "sec": 1e9, "s": 1e9, "msecond": 1e6, "ms": 1e6, "usecond": 1e3, "us": 1e3}
+    return scale.get(unit, 1.0) * value
 
 
-def parse_csv(text: str, labels: dict[str, str] | None = None) -> list[NcuReport]:
-    """Parse `ncu --csv --page raw` output (other lines around it are ignored): one report per launch."""
+def parse_csv(text: str, labels: dict[str, str] | None = None,
+              keep: Collection[str] | None = None) -> list[NcuReport]:
+    """Parse `ncu --csv --page raw` output (other lines around it are ignored): one report per launch.
+
+    The raw page lists every metric ncu collected (device attributes, launch settings, .min/.max siblings);
+    with `keep`, only those metric names and the stall reasons are kept.
+    """
     lines = text.splitlines()
     start = next((i for i, ln in enumerate(lines) if ln.startswith('"ID","Process ID"')), None)
     if start is None:
@@ -185,6 +191,9 @@ def parse_csv(text: str, labels: dict[str, str] | None = None) -> list[NcuReport
         values, unit_of = {}, {}
         for i, name in enumerate(header):
             if "__" not in name or i >= len(row):
+                continue
+            if keep is not None and name not in keep and not (
+                    name.startswith(STALL_PREFIX) and name.endswith(STALL_SUFFIX)):
                 continue
             parsed = _number(row[i], units[i] if units and i < len(units) else "")
             if parsed is None:
@@ -273,7 +282,7 @@ def ncu(code: str, kernel: str, metrics: Sequence[str] = (), launch_skip: int = 
             print(f"cudl.ncu: could not start Nsight Compute ({exc}).")
             return None
     output = proc.stdout + "\n" + proc.stderr
-    reports = parse_csv(proc.stdout, labels)
+    reports = parse_csv(proc.stdout, labels, keep=names)
     if not reports or not reports[0].values:
         print(_why_not(output, proc.returncode))
         return None
