@@ -103,8 +103,8 @@ def test_im2col_gemm(shape):
 
 
 # Tile shapes of the implicit GEMM (BM, BN, BK, WM, WN, WNITER, TM, TN), as in the chapter's sweep.
-TILES = [(128, 128, 16, 64, 32, 2, 8, 4), (64, 128, 16, 32, 64, 2, 8, 4), (128, 64, 16, 64, 32, 2, 8, 4),
-         (64, 64, 16, 32, 32, 2, 4, 4), (128, 256, 16, 64, 64, 4, 8, 4), (128, 128, 8, 64, 32, 2, 8, 4)]
+TILES = [(64, 64, 16, 32, 32, 2, 4, 4), (64, 128, 16, 32, 64, 2, 8, 4), (128, 64, 16, 64, 32, 2, 8, 4),
+         (128, 128, 16, 64, 32, 2, 8, 4), (128, 256, 16, 64, 64, 4, 8, 4), (128, 128, 8, 64, 32, 2, 8, 4)]
 
 
 def implicit_gemm(tile, nhwc: int):
@@ -141,9 +141,9 @@ DEPTHWISE = [(2, 3, 12, 12, 1, 1), (1, 5, 7, 7, 1, 1), (2, 4, 13, 9, 2, 1), (1, 
              (1, 2, 9, 14, 3, 1), (2, 3, 6, 5, 1, 2), (1, 1, 1, 1, 1, 1), (1, 2, 8, 16, 1, 1)]
 
 
-@pytest.mark.parametrize("outs", [4, 2, 8])
+@pytest.mark.parametrize("rows,outs", [(4, 4), (1, 4), (2, 8), (3, 2)])
 @pytest.mark.parametrize("shape", DEPTHWISE, ids=lambda s: "x".join(map(str, s)))
-def test_depthwise(shape, outs):
+def test_depthwise(shape, rows, outs):
     N, C, H, W, stride, pad = shape
     rng = np.random.default_rng()
     x = rng.standard_normal((N, C, H, W)).astype(np.float32)
@@ -153,6 +153,6 @@ def test_depthwise(shape, outs):
     X, _ = guarded(x)
     Wt, _ = guarded(w)
     Y, ybuf = guarded(np.full(N * C * P * Q, np.nan, np.float32))
-    k = cudl.load(f"{DIR}/conv2d_5_depthwise.cu", "conv2d_5_depthwise", options=[f"-DOUTS={outs}"])
-    k((cdiv(N * C * P * cdiv(Q, outs), 256),), (256,), (N, C, H, W, P, Q, stride, pad, X, Wt, Y))
+    k = cudl.load(f"{DIR}/conv2d_5_depthwise.cu", "conv2d_5_depthwise", options=[f"-DOUTS={outs}", f"-DROWS={rows}"])
+    k((cdiv(N * C * cdiv(P, rows) * cdiv(Q, outs), 256),), (256,), (N, C, H, W, P, Q, stride, pad, X, Wt, Y))
     check_output(ybuf, Y.size, cudl.to_numpy(Y).reshape(ref.shape), ref, f"depthwise {shape}")
