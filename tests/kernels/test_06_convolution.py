@@ -156,3 +156,31 @@ def test_depthwise(shape, rows, outs):
     k = cudl.load(f"{DIR}/conv2d_5_depthwise.cu", "conv2d_5_depthwise", options=[f"-DOUTS={outs}", f"-DROWS={rows}"])
     k((cdiv(N * C * cdiv(P, rows) * cdiv(Q, outs), 256),), (256,), (N, C, H, W, P, Q, stride, pad, X, Wt, Y))
     check_output(ybuf, Y.size, cudl.to_numpy(Y).reshape(ref.shape), ref, f"depthwise {shape}")
+
+
+def test_backward_reference_is_the_adjoint():
+    """<conv2d(x, w), dy> = <x, dx(dy, w)> for any x, dy: the graders' input-gradient reference is right."""
+    from cudl.grade.ch06 import conv2d_backward_input_reference
+
+    rng = np.random.default_rng()
+    for N, C, H, W, K, R, S, stride, pad, dil in SHAPES:
+        x, w = rng.standard_normal((N, C, H, W)), rng.standard_normal((K, C, R, S))
+        y = conv2d_reference(x, w, stride, pad, dil)
+        dy = rng.standard_normal(y.shape)
+        dx = conv2d_backward_input_reference(dy, w, H, W, stride, pad, dil)
+        assert np.isclose((y * dy).sum(), (x * dx).sum(), rtol=1e-10)
+
+
+def test_reference_matches_a_direct_loop():
+    """The vectorized reference against the definition, written as plain loops, on one odd case."""
+    rng = np.random.default_rng()
+    N, C, H, W, K, R, S, stride, pad, dil = 1, 2, 7, 6, 2, 3, 2, 2, 2, 2
+    x, w = rng.standard_normal((N, C, H, W)), rng.standard_normal((K, C, R, S))
+    y = conv2d_reference(x, w, stride, pad, dil)
+    for n, k, p, q in np.ndindex(*y.shape):
+        acc = 0.0
+        for c, r, s in np.ndindex(C, R, S):
+            h, ww = p * stride - pad + r * dil, q * stride - pad + s * dil
+            if 0 <= h < H and 0 <= ww < W:
+                acc += x[n, c, h, ww] * w[k, c, r, s]
+        assert np.isclose(y[n, k, p, q], acc)
