@@ -107,7 +107,7 @@ conv2d_4_implicit_gemm(int N, int C, int H, int W, int K, int R, int S, int P, i
         pix[l] = pixel_of(colBlock + xRow + l * X_STRIDE, NPQ, PQ, Q, CHW, stride, pad);
 #else
 #pragma unroll
-    for (int l = 0; l < X_LOADS; ++l)  // a warp's 32 lanes take 32 consecutive pixels: coalesced at stride 1
+    for (int l = 0; l < X_LOADS; ++l)  // a warp's lanes take 32 consecutive pixels: coalesced
         pix[l] = pixel_of(colBlock + lane + l * WARP_SIZE, NPQ, PQ, Q, CHW, stride, pad);
 #endif
 
@@ -116,7 +116,8 @@ conv2d_4_implicit_gemm(int N, int C, int H, int W, int K, int R, int S, int P, i
     float4 xStage[X_LOADS];  // 4 channels of one pixel each
     auto load_tiles = [&](int k0) {
 #pragma unroll
-        for (int l = 0; l < W_LOADS; ++l) wStage[l] = weights4(w, rowBlock + wRow + l * W_STRIDE, k0 + wCol, K, GK);
+        for (int l = 0; l < W_LOADS; ++l)
+            wStage[l] = weights4(w, rowBlock + wRow + l * W_STRIDE, k0 + wCol, K, GK);
         const int kk = k0 + xCol;
 #pragma unroll
         for (int l = 0; l < X_LOADS; ++l) {
@@ -126,7 +127,8 @@ conv2d_4_implicit_gemm(int N, int C, int H, int W, int K, int R, int S, int P, i
                     const int rs = kk / C, c = kk - rs * C, r = rs / S, s = rs - r * S;
                     const int h = pix[l].h0 + r * dil, ww = pix[l].w0 + s * dil;
                     if (h >= 0 && h < H && ww >= 0 && ww < W) {
-                        const float4 t = *reinterpret_cast<const float4*>(x + pix[l].base + (h * W + ww) * C + c);
+                        const float* src = x + pix[l].base + (h * W + ww) * C + c;
+                        const float4 t = *reinterpret_cast<const float4*>(src);
                         v[0] = t.x; v[1] = t.y; v[2] = t.z; v[3] = t.w;
                     }
                 } else {
@@ -135,7 +137,8 @@ conv2d_4_implicit_gemm(int N, int C, int H, int W, int K, int R, int S, int P, i
                         if (kk + e >= GK) break;
                         const int rs = (kk + e) / C, c = kk + e - rs * C, r = rs / S, s = rs - r * S;
                         const int h = pix[l].h0 + r * dil, ww = pix[l].w0 + s * dil;
-                        if (h >= 0 && h < H && ww >= 0 && ww < W) v[e] = x[pix[l].base + (h * W + ww) * C + c];
+                        if (h >= 0 && h < H && ww >= 0 && ww < W)
+                            v[e] = x[pix[l].base + (h * W + ww) * C + c];
                     }
                 }
             }
@@ -146,7 +149,8 @@ conv2d_4_implicit_gemm(int N, int C, int H, int W, int K, int R, int S, int P, i
     float xStage[BK / WARPS][X_LOADS];  // rows warp, warp + WARPS, ...; pixels lane, lane + 32, ...
     auto load_tiles = [&](int k0) {
 #pragma unroll
-        for (int l = 0; l < W_LOADS; ++l) wStage[l] = weights4(w, rowBlock + wRow + l * W_STRIDE, k0 + wCol, K, GK);
+        for (int l = 0; l < W_LOADS; ++l)
+            wStage[l] = weights4(w, rowBlock + wRow + l * W_STRIDE, k0 + wCol, K, GK);
 #pragma unroll
         for (int i = 0; i < BK / WARPS; ++i) {
             const int kk = k0 + warp + i * WARPS;  // one row (c, r, s) of col per warp: no divergence
@@ -185,7 +189,8 @@ conv2d_4_implicit_gemm(int N, int C, int H, int W, int K, int R, int S, int P, i
 #pragma unroll
         for (int i = 0; i < BK / WARPS; ++i)
 #pragma unroll
-            for (int l = 0; l < X_LOADS; ++l) Xs[(warp + i * WARPS) * BN + lane + l * WARP_SIZE] = xStage[i][l];
+            for (int l = 0; l < X_LOADS; ++l)
+                Xs[(warp + i * WARPS) * BN + lane + l * WARP_SIZE] = xStage[i][l];
 #endif
     };
 
