@@ -2,8 +2,10 @@
 // owns a WM x WN tile of the block's tile and computes it as WMITER x WNITER sub-tiles;
 // within a sub-tile each lane owns a TM x TN square. Lanes that share rows of A (or
 // columns of B) sit in the same warp, so a float4 read from shared memory is either
-// broadcast or part of one contiguous 128-byte row: no bank conflicts, and every value a
-// thread loads into a register is used in WNITER * TN (or WMITER * TM) FMAs.
+// broadcast or part of one contiguous 128-byte row: no bank conflicts on the loads (the
+// transposed stores of the A tile are 4-way conflicted; the chapter counts them with
+// ncu), and every value a thread loads into a register is used in WNITER * TN (or
+// WMITER * TM) FMAs.
 // Limit: compute-bound by the roofline (32 FLOP/B per block tile, 0.25 shared loads per
 // FMA); what remains is the latency of the tile loads, which each block waits for at the
 // __syncthreads (kernel 8 hides it).
