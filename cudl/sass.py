@@ -56,9 +56,14 @@ def sass(file_or_source: str, kernel: str, *, options: Sequence[str] = ()) -> st
 
     arch = "sm_" + str(device_info()["cc"]).replace(".", "")
     source, shown = resolve(file_or_source)
+    try:
+        cubin = _cubin(source, shown, arch, options)
+    except ImportError:
+        print("cudl.sass: needs NVRTC's Python bindings (pip install cuda-bindings); skipped.")
+        return None
     with tempfile.TemporaryDirectory(prefix="cudl-sass-") as tmp:
         path = Path(tmp, "kernel.cubin")
-        path.write_bytes(_cubin(source, shown, arch, options))
+        path.write_bytes(cubin)
         proc = subprocess.run([tool, "-sass", "-fun", kernel, str(path)], capture_output=True, text=True)
     if proc.returncode != 0 or not proc.stdout.strip():
         print(f"cudl.sass: cuobjdump found no SASS for {kernel}: {proc.stderr.strip()[:200]}")
