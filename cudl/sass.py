@@ -1,7 +1,8 @@
 """`cudl.sass`: the machine code (SASS) the GPU runs for one kernel, to back claims about instructions.
 
-    text = cudl.sass.sass("05-matmul/matmul_6_vectorized.cu", "matmul_6_vectorized")
-    cudl.sass.opcode_counts(text, ["LDS.128", "LDS", "LDG.E.128", "FFMA"])
+    from cudl.sass import access_widths, sass
+    listing = sass("05-matmul/matmul_6_vectorized.cu", "matmul_6_vectorized")
+    access_widths(listing)   # {"LDS": {128: 32}, "LDG": {32: 8, 128: 2}, ...}
 
 The kernel is compiled with NVRTC for this GPU's architecture (the compiler and options cudl.load uses
 through CuPy) into a cubin, which `cuobjdump -sass` disassembles. Where that cannot happen (the CPU

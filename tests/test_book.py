@@ -282,3 +282,32 @@ def test_page_in_browser(site, page: str) -> None:
         problems.append(f"Colab link on a page that is not a notebook: {colab}")
     assert not problems, f"{page}:\n" + "\n".join(problems)
 
+
+
+# --- figures on a phone -----------------------------------------------------------------------------
+
+FIGURE_PAGES = [p for p in PAGES if (HTML / p).is_file() and "<img" in (HTML / p).read_text(errors="replace")
+                and not p.startswith("book/coming/")]
+_IMAGE_WIDTHS = """() => [...document.querySelectorAll("article img, main img")]
+    .filter(img => img.naturalWidth > 0 && img.offsetParent !== null)
+    .map(img => ({src: img.currentSrc || img.src, right: img.getBoundingClientRect().right,
+                  width: img.getBoundingClientRect().width}))"""
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("page", FIGURE_PAGES or [pytest.param("", marks=pytest.mark.skip(reason="no figures"))])
+def test_figures_fit_a_phone(site, page: str) -> None:
+    """At 390 px (a phone), every figure of the page is scaled to fit the viewport: no figure sticks out."""
+    base, browser = site
+    tab = browser.new_page(viewport={"width": 390, "height": 844}, device_scale_factor=2)
+    tab.route("**/*", lambda r: r.continue_() if r.request.url.startswith(base) else r.fulfill(status=200, body=""))
+    try:
+        tab.goto(base + page, wait_until="load", timeout=30_000)
+        tab.evaluate(_IMAGES_NOT_LOADED)
+        width = tab.evaluate("() => document.documentElement.clientWidth")
+        images = tab.evaluate(_IMAGE_WIDTHS)
+    finally:
+        tab.close()
+    too_wide = [f"{i['src'].rsplit('/', 1)[-1]}: right edge at {i['right']:.0f} px" for i in images
+                if i["right"] > width + 1]
+    assert not too_wide, f"{page}: figures wider than the {width} px viewport:\n" + "\n".join(too_wide)
