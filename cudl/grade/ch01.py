@@ -1,4 +1,5 @@
-"""Graders of chapter 1 (01-first-kernel): SAXPY, RGB to gray on a 2D grid, and a grid-stride loop.
+"""Graders of chapter 1 (01-first-kernel): SAXPY, RGB to gray on a 2D grid, a grid-stride loop, and the
+challenge: a float4 grid-stride multiply-add with a scalar tail.
 
 Every output buffer is followed by a guard region of known values. A GPU rarely faults on a write a few
 elements past the end of an array (allocations are rounded up), so a kernel without a bounds check would
@@ -89,3 +90,40 @@ def scale_shift(load: Any, case: dict[str, Any]) -> list[tuple[Any, Any]]:
     load("scale_shift")(grid, block, (x, a, b, n))
     check_guard(x_full, n, "x", fill=1.0)
     return [(x, a * x_host.astype(np.float64) + b)]
+
+
+# ------------------------------------------------------------------------------ challenge: float4 FMA
+
+FMA_THREADS = 256
+FMA_MAX_BLOCKS = 1024  # a fixed cap: large arrays need a grid-stride loop
+
+
+def fma_float4_launch(n: int) -> tuple[tuple[int], tuple[int]]:
+    """The challenge's launch: one float4 per thread up to 1024 blocks of 256 threads, never more."""
+    return (max(1, min(_cdiv(_cdiv(n, 4), FMA_THREADS), FMA_MAX_BLOCKS)),), (FMA_THREADS,)
+
+
+@grader("fma_float4", kernels=["fma_float4"],
+        cases=[dict(n=1), dict(n=3), dict(n=4), dict(n=1031), dict(n=2**21 + 1), dict(n=2**24 + 3)],
+        emulator_cases=[dict(n=1), dict(n=3), dict(n=4), dict(n=1031), dict(n=40_001), dict(n=2**21 + 1)],
+        speed=dict(case=dict(n=2**24 + 3), factor=1.5),
+        hint=["count the elements: the float4 loop covers the first n / 4 groups of four, and the last n % 4 "
+              "elements (0 to 3 of them) need their own, scalar, step done by one thread each",
+              "view the arrays as float4 (reinterpret_cast<const float4*>(x)); loop g from the global thread "
+              "index to n / 4 in steps of gridDim.x * blockDim.x and update the four components of group g; "
+              "then threads 0..n % 4 - 1 of the whole grid update elements 4 * (n / 4) + t with scalars",
+              "for (int g = tid; g < n / 4; g += stride) { float4 a = x4[g], b = y4[g], c = z4[g]; "
+              "c.x = fmaf(a.x, b.x, c.x); ... z4[g] = c; } then if (tid < n % 4) { int i = n / 4 * 4 + tid; "
+              "z[i] = fmaf(x[i], y[i], z[i]); }"])
+def fma_float4(load: Any, case: dict[str, Any]) -> list[tuple[Any, Any]]:
+    """z = x * y + z in place, float4 loads and stores with a scalar tail, on a capped grid."""
+    n = case["n"]
+    rng = np.random.default_rng()
+    x_host, y_host, z_host = (rng.standard_normal(n).astype(np.float32) + 2 for _ in range(3))  # never ~0
+    x, _ = guarded(x_host)
+    y, _ = guarded(y_host)
+    z, z_full = guarded(z_host, 1.0)
+    grid, block = fma_float4_launch(n)
+    load("fma_float4")(grid, block, (x, y, z, n))
+    check_guard(z_full, n, "z", fill=1.0)
+    return [(z, x_host.astype(np.float64) * y_host + z_host)]

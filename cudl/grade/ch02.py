@@ -1,7 +1,9 @@
-"""Graders of chapter 2 (the execution and memory model): a coalesced transpose and a coalesced row gather.
+"""Graders of chapter 2 (the execution and memory model): a coalesced transpose, a coalesced row gather, and
+the challenge: swapping the outer and inner axes of a 3D tensor through a padded shared-memory tile.
 
-Graders check correctness only, never speed. Every output buffer is followed by a guard of sentinel values, so a
-write past its end is caught on the GPU too, where it would not fault, and named in a CRASH line.
+Graders check correctness (the challenge is timed on a GPU as well). Every output buffer is followed by a
+guard of sentinel values, so a write past its end is caught on the GPU too, where it would not fault, and named
+in a CRASH line.
 """
 
 from __future__ import annotations
@@ -63,4 +65,36 @@ def embedding_gather(load, case):
     load("embedding_gather")(grid, (GATHER_BLOCK,), (table, idx, whole, n_idx, dim))
     ref = cudl.to_numpy(table).astype(np.float64)[idx_host]
     check_guard(whole, n_idx * dim, "out", fill=SENTINEL)
+    return [(out, ref)]
+
+
+# ------------------------------------------------------------------------------ challenge: swap two axes
+
+SWAP_TILE, SWAP_ROWS = 32, 8  # blocks of 32 x 8 threads move a 32 x 32 tile: 4 elements per thread
+
+
+@grader("swap_axes", kernels=["swap_axes"],
+        cases=[dict(d0=1, d1=1, d2=1), dict(d0=1, d1=3, d2=37), dict(d0=33, d1=2, d2=1),
+               dict(d0=31, d1=3, d2=33), dict(d0=64, d1=1, d2=64), dict(d0=100, d1=7, d2=257),
+               dict(d0=1000, d1=5, d2=1025), dict(d0=1024, d1=8, d2=2048)],
+        emulator_cases=[dict(d0=1, d1=1, d2=1), dict(d0=1, d1=3, d2=37), dict(d0=33, d1=2, d2=1),
+                        dict(d0=31, d1=3, d2=33), dict(d0=64, d1=1, d2=64), dict(d0=100, d1=7, d2=257),
+                        dict(d0=129, d1=2, d2=300), dict(d0=300, d1=3, d2=129)],
+        speed=dict(case=dict(d0=1024, d1=8, d2=2048), factor=2.0),
+        hint=["for each j = blockIdx.z, the block moves one 32 x 32 tile of the (i, k) plane: read it along k "
+              "(contiguous in `in`), wait for the whole tile, write it along i (contiguous in `out`); each "
+              "of the 8 thread rows handles rows threadIdx.y, threadIdx.y + 8, ... of the tile",
+              "read: k = blockIdx.x * 32 + threadIdx.x, i = blockIdx.y * 32 + r for r = threadIdx.y; r < 32; "
+              "r += 8, tile[r][threadIdx.x] = in[(i * d1 + j) * d2 + k]; write: i = blockIdx.y * 32 + "
+              "threadIdx.x, k = blockIdx.x * 32 + r, out[(k * d1 + j) * d0 + i] = tile[threadIdx.x][r]",
+              "__shared__ float tile[32][33] (the padding column puts a column of the tile on 32 banks); "
+              "__syncthreads() between the two loops; each load and each store checks i < d0 && k < d2"])
+def swap_axes(load, case):
+    d0, d1, d2 = case["d0"], case["d1"], case["d2"]
+    x = cudl.randn((d0, d1, d2))
+    out, whole = guarded_output((d2, d1, d0), fill=SENTINEL, guard=GUARD)
+    grid = ((d2 + SWAP_TILE - 1) // SWAP_TILE, (d0 + SWAP_TILE - 1) // SWAP_TILE, d1)
+    load("swap_axes")(grid, (SWAP_TILE, SWAP_ROWS), (x, whole, d0, d1, d2))
+    ref = np.ascontiguousarray(cudl.to_numpy(x).astype(np.float64).transpose(2, 1, 0))
+    check_guard(whole, d0 * d1 * d2, "out", fill=SENTINEL)
     return [(out, ref)]

@@ -1,4 +1,5 @@
-"""Graders of chapter 3 (03-elementwise): SiLU forward (grid-stride), leaky-ReLU backward, fused bias + ReLU.
+"""Graders of chapter 3 (03-elementwise): SiLU forward (grid-stride), leaky-ReLU backward, fused bias + ReLU,
+and the challenge: a SwiGLU forward in fp16 with half2 loads and stores.
 
 Every output buffer is followed by a guard region of known values, so that a write past the end (which
 a GPU rarely notices) becomes a CRASH line on both backends, as in chapter 1's graders.
@@ -87,3 +88,33 @@ def bias_relu_rows(load: Any, case: dict[str, Any]) -> list[tuple[Any, Any]]:
     load("bias_relu_rows")((_cdiv(cols, THREADS), rows), (THREADS,), (x, b, y, rows, cols))
     check_guard(y_full, rows * cols, "y", fill=-5.0)
     return [(y, np.maximum(x_host.astype(np.float64) + b_host, 0.0))]
+
+
+# ------------------------------------------------------------------------------ challenge: SwiGLU in half2
+
+@grader("swiglu_half2", kernels=["swiglu_half2"],
+        cases=[dict(rows=1, hidden=2), dict(rows=3, hidden=6), dict(rows=1, hidden=1000), dict(rows=37, hidden=130),
+               dict(rows=1000, hidden=1026), dict(rows=8192, hidden=4096)],
+        emulator_cases=[dict(rows=1, hidden=2), dict(rows=3, hidden=6), dict(rows=1, hidden=1000),
+                        dict(rows=37, hidden=130), dict(rows=129, hidden=258), dict(rows=300, hidden=514)],
+        speed=dict(case=dict(rows=8192, hidden=4096), factor=1.5),
+        hint=["each row of x holds 2 * hidden halves, the gates first and then the ups, so as half2 a row is "
+              "`hidden` pairs: the pair of gates of output pair c is at pair r * hidden + c, its ups hidden / 2 "
+              "pairs later; compute in fp32 and round once",
+              "p = blockIdx.x * blockDim.x + threadIdx.x is the output pair (return if p >= rows * hidden / 2); "
+              "r = p / (hidden / 2), c = p % (hidden / 2); read both half2 through "
+              "reinterpret_cast<const __half2*>(x), convert with __half22float2",
+              "y.x = g.x / (1 + expf(-g.x)) * u.x, the same for .y, then "
+              "reinterpret_cast<__half2*>(out)[p] = __float22half2_rn(y)"])
+def swiglu_half2(load: Any, case: dict[str, Any]) -> list[tuple[Any, Any]]:
+    """out = silu(gate) * up for x = [gate | up] of shape (rows, 2 * hidden), fp16; one thread per half2."""
+    rows, hidden = case["rows"], case["hidden"]
+    rng = np.random.default_rng()
+    x_host = (3 * rng.standard_normal((rows, 2 * hidden))).astype(np.float16)
+    x, _ = guarded(x_host)  # NaN after the end: a read past it shows
+    out, out_full = guarded_output((rows, hidden), np.float16, fill=np.float16(-1000.0))  # |out| < 1000
+    pairs = rows * hidden // 2
+    load("swiglu_half2")((_cdiv(pairs, THREADS),), (THREADS,), (x, out, rows, hidden))
+    check_guard(out_full, rows * hidden, "out", fill=np.float16(-1000.0))
+    g, u = x_host[:, :hidden].astype(np.float64), x_host[:, hidden:].astype(np.float64)
+    return [(out, g / (1 + np.exp(-g)) * u)]

@@ -1,4 +1,5 @@
-"""Graders of chapter 4 (reductions): a warp-shuffle block sum, a row-wise max, a row-wise argmax.
+"""Graders of chapter 4 (reductions): a warp-shuffle block sum, a row-wise max, a row-wise argmax, and the
+challenge: a one-pass row-wise log-sum-exp.
 
 Inputs are followed in memory by NaN (a kernel that reads past the end gets NaN into its result) and
 outputs by a poisoned guard zone (a kernel that writes past the end is caught).
@@ -104,3 +105,36 @@ def row_argmax(load: Any, case: dict[str, Any]) -> list[tuple[Any, Any]]:
     cudl.sync()
     check_guard(buf, rows, "out")
     return [(out, np.argmax(x_host, axis=1).astype(np.int32))]
+
+
+# ------------------------------------------------------------------------------ challenge: row log-sum-exp
+
+def _rows_for_logsumexp(rows: int, cols: int) -> np.ndarray:
+    """Rows of 4 N(0, 1) plus a per-row offset in [-40, 100): exp() of a row overflows or underflows fp32
+    unless the kernel subtracts the row's maximum."""
+    rng = np.random.default_rng()
+    x = 4 * rng.standard_normal((rows, cols)) + rng.uniform(-40, 100, size=(rows, 1))
+    return x.astype(np.float32)
+
+
+@grader("row_logsumexp", kernels=["row_logsumexp"], cases=ROW_CASES, emulator_cases=ROW_EMU_CASES,
+        speed=dict(case=dict(rows=4099, cols=4096), factor=1.5),
+        hint=["exp() of these rows overflows (or underflows) float32: keep, per lane, the largest value m seen so "
+              "far and the sum s of exp(v - m), and read each element once; when a larger value arrives the sum "
+              "must be rescaled to the new maximum",
+              "per element v: if v > m { s = s * expf(m - v) + 1; m = v; } else s += expf(v - m); start from m = "
+              "-infinity, s = 0; to combine two lanes (m1, s1), (m2, s2): M = max(m1, m2), s = s1 * expf(m1 - M) "
+              "+ s2 * expf(m2 - M), shuffling both m and s",
+              "a lane with no columns (cols < 32) still has m = -infinity, and expf(-inf - (-inf)) is NaN: combine "
+              "only when M is finite (if (M != -infinity) ...); lane 0 writes out[row] = m + logf(s)"])
+def row_logsumexp(load: Any, case: dict[str, Any]) -> list[tuple[Any, Any]]:
+    rows, cols = case["rows"], case["cols"]
+    x_host = _rows_for_logsumexp(rows, cols)
+    x = guarded(x_host, guard=GUARD)[0]
+    out, buf = guarded_output(rows, np.float32, guard=GUARD)
+    load("row_logsumexp")(((rows + WARPS - 1) // WARPS,), (BLOCK,), (x, out, rows, cols))
+    cudl.sync()
+    check_guard(buf, rows, "out")
+    xd = x_host.astype(np.float64)
+    m = xd.max(axis=1)
+    return [(out, m + np.log(np.exp(xd - m[:, None]).sum(axis=1)))]
