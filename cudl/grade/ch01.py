@@ -29,8 +29,10 @@ def _cdiv(a: int, b: int) -> int:
 @grader("saxpy", kernels=["saxpy"],
         cases=[dict(n=1), dict(n=31), dict(n=1000), dict(n=65536), dict(n=2**20 + 7), dict(n=2**24 + 1)],
         emulator_cases=[dict(n=1), dict(n=31), dict(n=1000), dict(n=4096), dict(n=20001), dict(n=65537)],
-        hint="one thread per element: i = blockIdx.x * blockDim.x + threadIdx.x, and only if i < n: "
-             "y[i] = a * x[i] + y[i]")
+        hint=["each thread updates one element, the one at its global index; the last block reaches past n",
+              "the global index is the block's index times the block size plus the thread's index in the block; "
+              "threads whose index is n or more must not touch memory",
+              "i = blockIdx.x * blockDim.x + threadIdx.x, and only if i < n: y[i] = a * x[i] + y[i]"])
 def saxpy(load: Any, case: dict[str, Any]) -> list[tuple[Any, Any]]:
     """y = a * x + y in place; launched with ceil(n / 256) blocks of 256 threads."""
     n = case["n"]
@@ -55,9 +57,13 @@ GRAY_WEIGHTS = np.array([0.299, 0.587, 0.114])  # ITU-R BT.601 luma weights of R
                dict(height=33, width=47), dict(height=720, width=1281), dict(height=1079, width=1921)],
         emulator_cases=[dict(height=1, width=1), dict(height=1, width=37), dict(height=37, width=1),
                         dict(height=33, width=47), dict(height=64, width=100), dict(height=101, width=131)],
-        hint="col = blockIdx.x * blockDim.x + threadIdx.x and row = blockIdx.y * blockDim.y + threadIdx.y; "
-             "check row < height and col < width; pixel (row, col) is gray[row * width + col] and its "
-             "channels are rgb[3 * (row * width + col) + 0, 1, 2]")
+        hint=["x runs along columns and y along rows, and the grid overhangs the image on both edges: check "
+              "both coordinates; the three channels of a pixel are next to each other",
+              "col comes from the .x indices and row from the .y indices (blockIdx, blockDim, threadIdx); pixel "
+              "(row, col) is element row * width + col of gray, and 3 times that of rgb",
+              "col = blockIdx.x * blockDim.x + threadIdx.x and row = blockIdx.y * blockDim.y + threadIdx.y; "
+              "check row < height and col < width; pixel (row, col) is gray[row * width + col] and its "
+              "channels are rgb[3 * (row * width + col) + 0, 1, 2]"])
 def rgb_to_gray(load: Any, case: dict[str, Any]) -> list[tuple[Any, Any]]:
     """gray = 0.299 R + 0.587 G + 0.114 B for an H x W x 3 uint8 image; 16 x 16 blocks on a 2D grid."""
     h, w = case["height"], case["width"]
@@ -76,8 +82,12 @@ def rgb_to_gray(load: Any, case: dict[str, Any]) -> list[tuple[Any, Any]]:
 @grader("scale_shift", kernels=["scale_shift"],
         cases=[dict(n=1), dict(n=511), dict(n=513), dict(n=100_003), dict(n=2**22 + 1)],
         emulator_cases=[dict(n=1), dict(n=511), dict(n=513), dict(n=4099), dict(n=30001)],
-        hint="the grid has only 512 threads: loop for (i = blockIdx.x * blockDim.x + threadIdx.x; i < n; "
-             "i += gridDim.x * blockDim.x), so that each element is updated exactly once")
+        hint=["the grid has only 512 threads, fewer than most arrays' elements: each thread must update several "
+              "elements, and every element exactly once",
+              "start at the thread's global index and step by the number of threads in the whole grid "
+              "(gridDim.x * blockDim.x), while the index is below n",
+              "for (i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) "
+              "x[i] = a * x[i] + b"])
 def scale_shift(load: Any, case: dict[str, Any]) -> list[tuple[Any, Any]]:
     """x = a * x + b in place, launched with 4 blocks of 128 threads whatever n is."""
     n = case["n"]

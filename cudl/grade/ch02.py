@@ -28,10 +28,16 @@ TILE = 32  # tile edge = block edge of the transpose launch
         emulator_cases=[dict(rows=1, cols=1), dict(rows=1, cols=37), dict(rows=33, cols=1), dict(rows=31, cols=33),
                         dict(rows=64, cols=64), dict(rows=100, cols=257), dict(rows=129, cols=300),
                         dict(rows=300, cols=129)],
-        hint="read in[row * cols + col] with row = blockIdx.y * 32 + threadIdx.y and col = blockIdx.x * 32 + "
-             "threadIdx.x into tile[threadIdx.y][threadIdx.x]; __syncthreads(); then write tile[threadIdx.x]"
-             "[threadIdx.y] to out[(blockIdx.x * 32 + threadIdx.y) * rows + blockIdx.y * 32 + threadIdx.x]; guard "
-             "both the read and the write with their own bounds check")
+        hint=["a block reads tile (blockIdx.y, blockIdx.x) of `in` and writes it as tile (blockIdx.x, blockIdx.y) "
+              "of `out`; on both sides consecutive threadIdx.x must touch consecutive addresses, so the "
+              "transposition happens in shared memory, after a barrier",
+              "load tile[threadIdx.y][threadIdx.x] from row blockIdx.y * 32 + threadIdx.y, column blockIdx.x * 32 + "
+              "threadIdx.x of `in`; __syncthreads(); each thread then writes tile[threadIdx.x][threadIdx.y]; the "
+              "read and the write need their own bounds checks (out is cols x rows)",
+              "read in[row * cols + col] with row = blockIdx.y * 32 + threadIdx.y and col = blockIdx.x * 32 + "
+              "threadIdx.x into tile[threadIdx.y][threadIdx.x]; __syncthreads(); then write tile[threadIdx.x]"
+              "[threadIdx.y] to out[(blockIdx.x * 32 + threadIdx.y) * rows + blockIdx.y * 32 + threadIdx.x]; "
+              "guard both the read and the write with their own bounds check"])
 def transpose(load, case):
     rows, cols = case["rows"], case["cols"]
     x = cudl.randn((rows, cols))
@@ -53,8 +59,12 @@ GATHER_BLOCK = 128  # threads per block of the gather launch, along the embeddin
         emulator_cases=[dict(n_idx=1, vocab=1, dim=1), dict(n_idx=5, vocab=7, dim=127),
                         dict(n_idx=33, vocab=10, dim=128), dict(n_idx=100, vocab=1000, dim=129),
                         dict(n_idx=64, vocab=500, dim=300), dict(n_idx=257, vocab=50, dim=64)],
-        hint="one thread per output element: c = blockIdx.x * blockDim.x + threadIdx.x is the column, "
-             "r = blockIdx.y the row; if (c < dim) out[r * dim + c] = table[idx[r] * dim + c]")
+        hint=["output row r is a copy of table row idx[r]: a thread copies one float, and the threads of a warp "
+              "copy consecutive floats of the same row; dim is not always a multiple of the block",
+              "the column comes from blockIdx.x, blockDim.x and threadIdx.x, the output row is blockIdx.y; the "
+              "table row to read is idx[r], and a row is dim floats long",
+              "c = blockIdx.x * blockDim.x + threadIdx.x, r = blockIdx.y; if (c < dim) "
+              "out[r * dim + c] = table[idx[r] * dim + c]"])
 def embedding_gather(load, case):
     n_idx, vocab, dim = case["n_idx"], case["vocab"], case["dim"]
     table = cudl.randn((vocab, dim))

@@ -27,8 +27,12 @@ def _cdiv(a: int, b: int) -> int:
 @grader("silu_forward", kernels=["silu_forward"],
         cases=[dict(n=1), dict(n=511), dict(n=513), dict(n=100_003), dict(n=2**22 + 1)],
         emulator_cases=[dict(n=1), dict(n=511), dict(n=513), dict(n=4099), dict(n=30001)],
-        hint="y[i] = x[i] / (1 + expf(-x[i])) for every i: the grid has only 512 threads, so loop "
-             "for (i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)")
+        hint=["silu(x) = x * sigmoid(x), and the grid has only 512 threads: each thread must cover several "
+              "elements, every element exactly once",
+              "a grid-stride loop: start at the global index, step by gridDim.x * blockDim.x; sigmoid(x) = "
+              "1 / (1 + e^-x), with expf in float",
+              "for (i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) "
+              "y[i] = x[i] / (1 + expf(-x[i]))"])
 def silu_forward(load: Any, case: dict[str, Any]) -> list[tuple[Any, Any]]:
     """y = x * sigmoid(x), launched with 4 blocks of 128 threads whatever n is."""
     n = case["n"]
@@ -47,8 +51,10 @@ def silu_forward(load: Any, case: dict[str, Any]) -> list[tuple[Any, Any]]:
 @grader("leaky_relu_backward", kernels=["leaky_relu_backward"],
         cases=[dict(n=1), dict(n=255), dict(n=257), dict(n=65536), dict(n=2**20 + 7)],
         emulator_cases=[dict(n=1), dict(n=255), dict(n=257), dict(n=4096), dict(n=20001)],
-        hint="leaky_relu(x) = x for x > 0 and slope * x otherwise, so dx[i] = dy[i] where x[i] > 0 and "
-             "slope * dy[i] elsewhere: the sign test is on x, not on dy; and only if i < n")
+        hint=["the backward pass multiplies the incoming gradient dy by the derivative of leaky_relu at x",
+              "leaky_relu(x) = x for x > 0 and slope * x otherwise: its derivative is 1 or slope, chosen by the "
+              "sign of x (not of dy); one thread per element, with a bounds check",
+              "dx[i] = dy[i] where x[i] > 0 and slope * dy[i] elsewhere, only if i < n"])
 def leaky_relu_backward(load: Any, case: dict[str, Any]) -> list[tuple[Any, Any]]:
     """dx = dy * leaky_relu'(x); launched with ceil(n / 256) blocks of 256 threads."""
     n = case["n"]
@@ -74,8 +80,12 @@ def leaky_relu_backward(load: Any, case: dict[str, Any]) -> list[tuple[Any, Any]
                dict(rows=1024, cols=4099)],
         emulator_cases=[dict(rows=1, cols=1), dict(rows=3, cols=300), dict(rows=300, cols=3),
                         dict(rows=37, cols=257), dict(rows=64, cols=1000)],
-        hint="col = blockIdx.x * blockDim.x + threadIdx.x, row = blockIdx.y; only if col < cols: "
-             "y[row * cols + col] = max(x[row * cols + col] + bias[col], 0)")
+        hint=["the bias has one value per column, shared by all rows; the grid's y index is the row, its x "
+              "indices run along the columns and overhang the last one",
+              "col from blockIdx.x, blockDim.x and threadIdx.x, row = blockIdx.y; add bias[col] (not bias[row]) "
+              "before the max with 0, and check col < cols",
+              "col = blockIdx.x * blockDim.x + threadIdx.x, row = blockIdx.y; only if col < cols: "
+              "y[row * cols + col] = max(x[row * cols + col] + bias[col], 0)"])
 def bias_relu_rows(load: Any, case: dict[str, Any]) -> list[tuple[Any, Any]]:
     """y = relu(x + bias) for a rows x cols matrix, bias of length cols; grid (ceil(cols / 256), rows)."""
     rows, cols = case["rows"], case["cols"]

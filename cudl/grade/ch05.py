@@ -34,10 +34,14 @@ def _randn(*shape: int) -> np.ndarray:
                dict(M=1024, N=1024, K=1024)],
         emulator_cases=[dict(M=1, N=1, K=1), dict(M=17, N=33, K=5), dict(M=16, N=16, K=16),
                         dict(M=127, N=1000, K=513), dict(M=100, N=64, K=300)],
-        hint="for each k0 = 0, TILE, 2 TILE, ... < K: As[ty][tx] = A[row][k0 + tx] if row < M and k0 + tx < K "
-             "else 0, Bs[ty][tx] = B[k0 + ty][col] if k0 + ty < K and col < N else 0; __syncthreads(); add "
-             "As[ty][k] * Bs[k][tx] for k < TILE; __syncthreads(); every thread loads and syncs, only the final "
-             "store of C[row][col] checks row < M && col < N")
+        hint=["sizes are not multiples of 16: load zeros for the parts of a tile outside A or B, so that every "
+              "thread still loads and reaches both barriers; only the final store is skipped outside C",
+              "per step k0: each thread loads one element of the A tile and one of the B tile, __syncthreads(), "
+              "adds the 16 products of its row of As and column of Bs, __syncthreads() before the next step",
+              "for each k0 = 0, TILE, 2 TILE, ... < K: As[ty][tx] = A[row][k0 + tx] if row < M and k0 + tx < K "
+              "else 0, Bs[ty][tx] = B[k0 + ty][col] if k0 + ty < K and col < N else 0; __syncthreads(); add "
+              "As[ty][k] * Bs[k][tx] for k < TILE; __syncthreads(); every thread loads and syncs, only the final "
+              "store of C[row][col] checks row < M && col < N"])
 def matmul_tiled(load: Any, case: dict[str, Any]) -> list[tuple[Any, Any]]:
     M, N, K = case["M"], case["N"], case["K"]
     a, b = _randn(M, K), _randn(K, N)
@@ -57,9 +61,12 @@ def matmul_tiled(load: Any, case: dict[str, Any]) -> list[tuple[Any, Any]]:
                dict(M=4099, K=4096)],
         emulator_cases=[dict(M=1, K=1), dict(M=5, K=31), dict(M=8, K=32), dict(M=13, K=100), dict(M=50, K=333),
                         dict(M=19, K=2048)],
-        hint="one warp per row: row = blockIdx.x * 8 + threadIdx.x / 32, leave if row >= M; lane sums "
-             "A[row][c] * x[c] for c = lane, lane + 32, ... < K (coalesced), then adds the 32 partial sums with "
-             "__shfl_down_sync (offsets 16, 8, 4, 2, 1) and lane 0 writes y[row]")
+        hint=["one warp per row of A: its 32 lanes read the row along consecutive columns (coalesced) and add "
+              "their partial dot products with shuffles",
+              "row = blockIdx.x * 8 + threadIdx.x / 32 (the whole warp leaves if row >= M); lane = threadIdx.x % 32 "
+              "sums A[row][c] * x[c] for c = lane, lane + 32, ... < K",
+              "then the 32 partial sums are added with __shfl_down_sync (offsets 16, 8, 4, 2, 1) and lane 0 "
+              "writes y[row]"])
 def matvec(load: Any, case: dict[str, Any]) -> list[tuple[Any, Any]]:
     M, K = case["M"], case["K"]
     a, x = _randn(M, K), _randn(K)
