@@ -147,6 +147,28 @@ def _new_markdown(text: str, after: Any) -> Any:
     return cell
 
 
+def _with_answer_cells(cell: Any) -> list[Any]:
+    """A markdown cell with theory answers, split after each answer, which becomes an answer cell."""
+    out, chunk = [], []
+
+    def flush(answered: bool) -> None:
+        text = strip_solution("\n".join(chunk)).strip()
+        if text:
+            part = cell if not out else _new_markdown(text, out[-1])
+            part.source = text
+            out.append(part)
+        if answered:
+            out.append(_new_markdown(ANSWER_CELL, out[-1] if out else cell))
+        chunk.clear()
+
+    for line in cell.source.splitlines():
+        chunk.append(line)
+        if _END.match(line):
+            flush(answered=True)
+    flush(answered=False)
+    return out
+
+
 def exercise_from_solution(sol: Any) -> Any:
     """The exercise notebook: stubs instead of solutions, an answer cell after every theory question, the
     expected verdict (and speed target, hints) before every graded cell, a link to the solutions, and no
@@ -155,7 +177,9 @@ def exercise_from_solution(sol: Any) -> Any:
     ex = copy.deepcopy(sol)
     cells = []
     for i, cell in enumerate(ex.cells):
-        had_solution = any(_BEGIN.match(line) for line in cell.source.splitlines())
+        if cell.cell_type == "markdown" and any(_BEGIN.match(line) for line in cell.source.splitlines()):
+            cells.extend(_with_answer_cells(cell))
+            continue
         cell.source = strip_solution(cell.source)
         if cell.cell_type == "code":
             cell.outputs = []
@@ -166,8 +190,6 @@ def exercise_from_solution(sol: Any) -> Any:
         cells.append(cell)
         if i == 0 and cell.cell_type == "markdown":
             cells.append(_new_markdown(_how_to_cell(slug), cell))
-        if cell.cell_type == "markdown" and had_solution:
-            cells.append(_new_markdown(ANSWER_CELL, cell))
     ex.cells = cells
     ex.metadata.pop("jupytext", None)
     ex.metadata["cudl"] = {"generated_from": f"solutions/{slug}"}
