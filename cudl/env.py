@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 import platform
 from typing import Any
 
@@ -34,9 +35,55 @@ def device_info() -> dict[str, Any]:
         l2_mib=props["l2CacheSize"] / 2**20, smem_per_sm_kib=props["sharedMemPerMultiprocessor"] / 1024,
         regs_per_sm=props["regsPerMultiprocessor"], max_threads_per_sm=props["maxThreadsPerMultiProcessor"],
         driver=_cuda_version(rt.driverGetVersion()), runtime=_cuda_version(rt.runtimeGetVersion()),
-        cupy=cupy.__version__,
+        cupy=cupy.__version__, nvrtc=_nvrtc_version(), kernel_format=_kernel_format(),
     )
     return info
+
+
+def _nvrtc_version() -> str:
+    try:
+        from cupy.cuda import nvrtc
+
+        major, minor = nvrtc.getVersion()
+        return f"{major}.{minor}"
+    except Exception:  # an odd CuPy build: the banner says so rather than failing
+        return "?"
+
+
+def _kernel_format() -> str:
+    """'cubin' or 'PTX': CuPy builds a cubin when NVRTC knows the GPU's architecture and CUPY_COMPILE_WITH_PTX
+    is not set; PTX is compiled again by the driver when loaded, which fails if the driver is older than NVRTC."""
+    try:
+        from cupy.cuda import compiler
+
+        fmt = compiler._get_arch_for_options_for_nvrtc()[1]  # CuPy's own choice (a private helper)
+        return "PTX" if fmt == "ptx" else "cubin"
+    except Exception:
+        return "PTX" if os.environ.get("CUPY_COMPILE_WITH_PTX", "0") not in ("", "0") else "cubin"
+
+
+def _version_tuple(v: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in v.split(".") if x.isdigit())
+
+
+def driver_problem(info: dict[str, Any]) -> str:
+    """One sentence saying what to do when the driver is older than CuPy's CUDA ('' when it is not)."""
+    if info.get("backend") != "gpu":
+        return ""
+    driver = _version_tuple(info["driver"])
+    newest = max(_version_tuple(info["runtime"]), _version_tuple(info.get("nvrtc") or "0"))
+    if driver >= newest:
+        return ""
+    built = ".".join(map(str, newest))
+    if driver[:1] != newest[:1]:
+        fix = (f"install the CuPy for your driver's CUDA {driver[0]} (pip install cupy-cuda{driver[0]}x) "
+               "or update the NVIDIA driver")
+    elif info.get("kernel_format") == "PTX":
+        fix = ("kernels built as PTX will fail to load with CUDA_ERROR_UNSUPPORTED_PTX_VERSION: unset "
+               "CUPY_COMPILE_WITH_PTX (so CuPy builds cubins), or update the NVIDIA driver")
+    else:
+        return ""  # cubins of a newer minor version load on an older driver of the same major version
+    return f"cudl: the NVIDIA driver supports CUDA {info['driver']} but CuPy compiles with CUDA {built}: {fix}."
 
 
 def _cuda_version(v: int) -> str:
@@ -54,7 +101,8 @@ def banner() -> str:
     if i["backend"] == "gpu":
         return (f"cudl: {i['gpu']} (sm_{i['cc'].replace('.', '')}, {i['sms']} SMs, {i['memory_gib']:.0f} GiB, "
                 f"L2 {i['l2_mib']:.0f} MiB) | driver CUDA {i['driver']}, runtime {i['runtime']}, "
-                f"CuPy {i['cupy']}, PyTorch {i['torch'] or 'not installed'} | backend: gpu")
+                f"CuPy {i['cupy']} (NVRTC {i['nvrtc']}, kernels built as {i['kernel_format']}), "
+                f"PyTorch {i['torch'] or 'not installed'} | backend: gpu")
     return (f"cudl: no GPU, running on the CPU emulator ({fallback_reason()}). Kernels run correctly but "
             "slowly, and cells that measure GPU performance (%%gpu) are skipped.")
 
@@ -83,6 +131,9 @@ def setup() -> None:
     except ImportError:
         pass
     print(banner())
+    problem = driver_problem(device_info())
+    if problem:
+        print(problem)
 
 
 def glue(name: str, value: Any, fmt: str = "") -> None:

@@ -5,14 +5,35 @@ Runs on the current backend: the CPU emulator in CI, the GPU under `make gpu-tes
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from cudl.grade import REGISTRY, _load_all, run
+from cudl.grade import LAUNCH_S, REGISTRY, Verdict, _combine, _load_all, run
+from cudl.grade.extract import graded_sources
 
 _load_all()
+ROOT = Path(__file__).resolve().parents[1]
 MUTANTS = sorted((Path(__file__).parent / "mutants").rglob("*.cu"))
+# Wrong only through a race that the emulator runs in a harmless order: refused there once the emulator
+# detects races (issue 7, the emulator side); refused on a GPU today (wrong numbers).
+NEEDS_RACE_DETECTION = {"block_sum__racy_rmw"}
+ON_EMULATOR = os.environ.get("CUDL_BACKEND") != "gpu"
+
+
+def _mutant_param(p: Path):
+    if ON_EMULATOR and p.stem in NEEDS_RACE_DETECTION:
+        return pytest.param(p, marks=pytest.mark.xfail(strict=False, reason="needs the emulator's race detection"))
+    return p
+
+
+def _solutions() -> list[tuple[str, str]]:
+    return [(c.grader, c.source) for nb in sorted((ROOT / "solutions").glob("*.ipynb")) for c in graded_sources(nb)]
 
 
 def test_graders_exist():
@@ -28,13 +49,174 @@ def test_grader_has_edge_cases_and_hint(name):
     assert len(mutants) >= 3, f"grader {name} needs at least 3 mutants in tests/mutants/"
 
 
-@pytest.mark.parametrize("path", MUTANTS, ids=lambda p: f"{p.parent.name}/{p.stem}")
+@pytest.mark.parametrize("path", [_mutant_param(p) for p in MUTANTS], ids=lambda p: f"{p.parent.name}/{p.stem}")
 def test_mutant_is_refused(path):
     name = path.name.split("__")[0]
     assert name in REGISTRY, f"{path.name}: no grader {name!r}"
     verdict = run(name, path.read_text(), quiet=True)
     print(verdict.line)
-    assert verdict.status in ("FAIL", "CRASH", "TIMEOUT"), verdict.line
+    assert verdict.status in ("FAIL", "CRASH", "TIMEOUT", "SLOW"), verdict.line
+
+
+@pytest.mark.parametrize("name,source", _solutions(), ids=lambda v: v if len(v) < 40 else "src")
+def test_solution_passes_well_inside_the_launch_limit(name, source):
+    """Every published solution passes (on a GPU: cross-checked on the emulator too), and its slowest launch
+    leaves a wide margin under LAUNCH_S, so the limit that reports hangs is never flaky for it."""
+    verdict = run(name, source, quiet=True)
+    assert verdict.status == "PASS" and verdict.line == f"PASS {name}: {len(REGISTRY[name].cases)}/"\
+        f"{len(REGISTRY[name].cases)} cases", verdict.line
+    assert verdict.slowest_launch_s < LAUNCH_S / 4, verdict.slowest_launch_s
+
+
+def test_hung_kernel_is_reported_within_15_s():
+    src = ('extern "C" __global__ void saxpy(int n, float a, const float* x, float* y) {\n'
+           "    volatile float* p = y;  // a volatile global read: no compiler may drop the loop\n"
+           "    while (p[0] == p[0]) { }\n}\n")
+    t0 = time.monotonic()
+    verdict = run("saxpy", src, quiet=True)
+    # TIMEOUT from the grader's limit, or CRASH from the emulator's own hang watchdog where it has one
+    assert verdict.status in ("TIMEOUT", "CRASH") and "case 1/" in verdict.line, verdict.line
+    assert time.monotonic() - t0 < 15 + 10  # 10 s of limit; compiling takes the rest (g++, NVRTC)
+
+
+def test_grading_from_a_script_without_main_guard(tmp_path):
+    """multiprocessing's spawn would re-import such a script; the grading process is `python -m` instead."""
+    script = tmp_path / "grade_it.py"
+    sol = dict(_solutions())["saxpy"]
+    script.write_text(f"import cudl\ncudl.grade.saxpy({sol!r})\n")
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert out.returncode == 0 and out.stdout.strip().splitlines()[-1].startswith("PASS saxpy"), out
+
+
+def _notebook(path: Path, cells: list[str]) -> Path:
+    nb = {"nbformat": 4, "nbformat_minor": 5, "metadata": {},
+          "cells": [{"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [], "source": c}
+                    for c in cells]}
+    path.write_text(json.dumps(nb))
+    return path
+
+
+def test_cli_does_not_trust_the_notebook(tmp_path):
+    """A notebook that replaces the grader by a print of PASS, or grades a source built at run time, fails."""
+    sols = dict(_solutions())
+    stub = 'extern "C" __global__ void saxpy(int n, float a, const float* x, float* y) { }'
+    forged = _notebook(tmp_path / "01-first-kernel.ipynb", [
+        "import cudl\ncudl.grade.saxpy = lambda src: print('PASS saxpy: 6/6 cases')",
+        f"saxpy_src = {stub!r}",
+        "# NBVAL_CHECK_OUTPUT\ncudl.grade.saxpy(saxpy_src)",
+        f"rgb_to_gray_src = {sols['rgb_to_gray']!r}\nrgb_to_gray_src = rgb_to_gray_src.replace('0.299', '0.3')",
+        "# NBVAL_CHECK_OUTPUT\ncudl.grade.rgb_to_gray(rgb_to_gray_src)",
+        f"%%time\nscale_src = {sols['scale_shift']!r}",
+        "# NBVAL_CHECK_OUTPUT\ncudl.grade.run('scale_shift', scale_src)",
+    ])
+    csv_path = tmp_path / "out.csv"
+    out = subprocess.run([sys.executable, "-m", "cudl.grade", str(tmp_path), "--csv", str(csv_path)],
+                         capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert out.returncode == 1, out
+    lines = [ln.strip() for ln in out.stdout.splitlines()]
+    assert lines[0] == str(forged)
+    assert lines[1].startswith("FAIL saxpy: case 1/"), lines  # the stub, graded for real
+    assert lines[2].startswith("FAIL rgb_to_gray: missing: its kernel source is not a string literal"), lines
+    assert lines[3] == "PASS scale_shift: 5/5 cases", lines
+    rows = csv_path.read_text().splitlines()
+    assert rows[0] == "file,grader,verdict,detail" and len(rows) == 4
+    assert rows[3].startswith(f"{forged},scale_shift,PASS,"), rows
+
+
+def test_cli_reports_a_missing_graded_cell(tmp_path):
+    nb = _notebook(tmp_path / "04-reductions.ipynb", ["print('PASS block_sum: 6/6 cases')"])
+    out = subprocess.run([sys.executable, "-m", "cudl.grade", str(nb)], capture_output=True, text=True,
+                         timeout=120, cwd=tmp_path)
+    assert out.returncode == 1
+    missing = [ln.strip() for ln in out.stdout.splitlines()[1:]]
+    assert missing == [f"FAIL {g}: missing: no graded cell (# NBVAL_CHECK_OUTPUT) calls cudl.grade.{g}"
+                       for g in ("block_sum", "row_max", "row_argmax")], missing
+
+
+def test_extraction_reads_only_string_literals(tmp_path):
+    nb = _notebook(tmp_path / "x.ipynb", [
+        "a_src = 'one'\nb_src = 'two'",
+        "# NBVAL_CHECK_OUTPUT\ncudl.grade.alpha(a_src)",
+        "a_src = open('k.cu').read()\n# NBVAL_CHECK_OUTPUT\ncudl.grade.alpha(a_src)",
+        "b_src = 'three'\n# NBVAL_CHECK_OUTPUT\ncudl.grade.beta(b_src)",
+        "cudl.grade.gamma(b_src)",  # not a graded cell
+        "# NBVAL_CHECK_OUTPUT\nthis is not python",
+    ])
+    got = [(c.grader, c.source) for c in graded_sources(nb)]
+    assert got == [("alpha", "one"), ("alpha", None), ("beta", "three")]
+
+
+def test_combined_verdicts():
+    """On a GPU the emulator's finding wins over a GPU PASS; a missing compiler or an emulator limit is said."""
+    g = REGISTRY["block_sum"]
+    ok = Verdict("PASS", "PASS block_sum: 6/6 cases")
+    found = Verdict("CRASH", "CRASH block_sum: case 1/6 (n=1): __syncthreads() at k.cu:11 reached by only 1 of 256")
+    v = _combine(g, [ok, found], "")
+    assert v.status == "CRASH" and "__syncthreads()" in v.line and "CPU emulator" in v.line
+    assert _combine(g, [Verdict("PASS", ok.line), Verdict("PASS", ok.line)], "").line == ok.line
+    v = _combine(g, [Verdict("PASS", ok.line)], " (the CPU emulator's check was skipped: no C++ compiler)")
+    assert v.status == "PASS" and v.line.startswith(ok.line) and "skipped: no C++ compiler" in v.line
+    v = _combine(g, [Verdict("PASS", ok.line), Verdict("UNSUPPORTED", "FAIL block_sum: cannot be graded on the "
+                                                                      "CPU emulator: inline PTX")], "")
+    assert v.status == "PASS" and "skipped" in v.line and "inline PTX" in v.line
+    wrong = Verdict("FAIL", "FAIL block_sum: case 5/6 (n=1048583): 3 of 4097 elements wrong")
+    assert _combine(g, [wrong, found], "") is wrong
+
+
+def test_speed_noise_never_makes_the_solution_slow():
+    """The solution timed against itself is never SLOW at F >= 1.5: each median off by up to 20%, and a
+    3x outlier (another process on the GPU) in up to 2 of the 3 rounds."""
+    import random
+
+    from cudl.grade.speed import MIN_FACTOR, ROUNDS, is_slow, measure
+
+    rng = random.Random(7)
+    for _ in range(2000):
+        outliers = set(rng.sample(range(ROUNDS), rng.randint(0, ROUNDS - 1)))
+        calls = iter(range(2 * ROUNDS))  # measure alternates solution, student
+
+        def timer(fn):
+            k = next(calls)
+            return rng.uniform(0.8, 1.2) * (3.0 if k % 2 and k // 2 in outliers else 1.0)
+
+        times = measure(["k"], ["k"], timer=timer)
+        assert not is_slow(times["student"], times["solution"], MIN_FACTOR), times
+    slow = {"student": [5.0, 5.2, 4.9], "solution": [1.0, 1.1, 0.9]}
+    assert is_slow(slow["student"], slow["solution"], 2.0)
+    with pytest.raises(ValueError, match="F >= 1.5"):
+        from cudl.grade import grader
+
+        grader("_bad", kernels=["k"], cases=[{}], speed=dict(case={}, factor=1.1))
+
+
+def test_speed_verdict_line():
+    from cudl.grade import REGISTRY as R
+
+    g = R["block_sum"]
+    g2 = type(g)(**{**g.__dict__, "speed": dict(case=dict(n=2**24 + 3), factor=2.0)})
+    v = _combine(g2, [Verdict("PASS", "PASS block_sum: 6/6 cases",
+                              timing={"student": [3.1, 3.0, 3.2], "solution": [0.2, 0.21, 0.2]})], "")
+    assert v.status == "SLOW" and v.line.startswith("SLOW block_sum: 3 ms, solution 0.21 ms (target <= 2x)")
+    v = _combine(g2, [Verdict("PASS", "PASS block_sum: 6/6 cases",
+                              timing={"student": [0.22, 0.2, 0.25], "solution": [0.2, 0.21, 0.2]})], "")
+    assert v.line == "PASS block_sum: 6/6 cases"
+
+
+def test_speed_on_a_gpu(monkeypatch):
+    """The solution against itself PASSes; a correct but serial kernel is SLOW (speed is graded on a GPU only)."""
+    from cudl import on_gpu
+
+    monkeypatch.setenv("CUDL_GRADE_MODULES", "tests.grade_fixtures")
+    monkeypatch.syspath_prepend(str(ROOT))
+    import tests.grade_fixtures as fx
+
+    sol = REGISTRY["block_sum_timed"].solution
+    assert sol and "__shfl_down_sync" in sol
+    v = run("block_sum_timed", sol, quiet=True)
+    assert v.status == "PASS", v.line
+    v = run("block_sum_timed", fx.SERIAL_BLOCK_SUM, quiet=True)
+    print(v.line, v.timing)
+    assert v.status == ("SLOW" if on_gpu() else "PASS"), v.line
 
 
 def test_unsupported_kernel_is_a_clear_fail_on_the_emulator():
@@ -89,3 +271,21 @@ def test_hint_tiers_print_in_order(capsys):
         assert "hint('_tiers', 2) gives more" in capsys.readouterr().out
     finally:
         del REGISTRY["_tiers"]
+
+
+def test_two_grading_processes_side_by_side():
+    """The machinery of a GPU verdict's cross-check, on two emulator processes: the second one's finding wins."""
+    from cudl.grade import _Job, _wait
+
+    g = REGISTRY["block_sum"]
+    mutant = (ROOT / "tests/mutants/04-reductions/block_sum__early_return.cu").read_text()
+    jobs = [_Job(g, dict(_solutions())["block_sum"], "emulator", LAUNCH_S, False),
+            _Job(g, mutant, "emulator", LAUNCH_S, False)]
+    try:
+        _wait(jobs, lambda: all(j.verdict is not None for j in jobs))
+    finally:
+        for j in jobs:
+            j.close()
+    assert jobs[0].verdict.status == "PASS", jobs[0].verdict.line
+    v = _combine(g, [jobs[0].verdict, jobs[1].verdict], "")
+    assert v.status == "CRASH" and "__syncthreads()" in v.line and v.line.endswith("right numbers this time]")

@@ -1,18 +1,28 @@
 """Every kernel in kernels_src/ compiles with NVRTC for every GPU generation the book supports (no GPU needed).
 
 Template kernels are instantiated with every name expression the book uses (`cudl.load(path, "name<T>")`).
+Colab's CuPy compiles with CUDA 12.x while cuda-bindings here is NVRTC 13, so every kernel (and every graded
+solution) is also compiled to an sm_75 (T4) cubin with NVRTC 12, through tests/nvrtc12.py.
 """
 
 from __future__ import annotations
 
 import re
+import sys
+from pathlib import Path
 
 import pytest
 
 from cudl.compile import ARCHS, KERNELS_DIR, ROOT, nvrtc_compile, resolve
+from cudl.grade.extract import graded_sources
+
+sys.path.insert(0, str(Path(__file__).parent))
+import nvrtc12  # noqa: E402
 
 pytest.importorskip("cuda.bindings")
 
+SOLUTIONS = [(f"{nb.stem}/{c.grader}", c.source) for nb in sorted((ROOT / "solutions").glob("*.ipynb"))
+             for c in graded_sources(nb)]
 KERNELS = sorted(p.relative_to(KERNELS_DIR).as_posix() for p in KERNELS_DIR.rglob("*.cu"))
 _LOAD = re.compile(r"""load\(\s*["']([\w./-]+\.cu)["']\s*,\s*["']([^"']+<[^"']+>)["']""")
 
@@ -36,3 +46,51 @@ def test_there_are_kernels():
 def test_compiles(path, arch):
     src, shown = resolve(path)
     nvrtc_compile(src, shown, arch, name_expressions=tuple(sorted(name_expressions().get(path, ()))))
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("name,source", SOLUTIONS, ids=[n for n, _ in SOLUTIONS])
+def test_solution_compiles(name, source, arch):
+    nvrtc_compile(source, name, arch)
+
+
+needs_nvrtc12 = pytest.mark.skipif(nvrtc12.library() is None, reason="pip install nvidia-cuda-nvrtc-cu12 "
+                                   "nvidia-cuda-runtime-cu12 (requirements.txt) to compile as Colab does")
+
+
+@needs_nvrtc12
+def test_nvrtc12_is_cuda_12():
+    assert nvrtc12.version()[0] == 12 and nvrtc12.include_dir(), nvrtc12.version()
+
+
+@needs_nvrtc12
+@pytest.mark.parametrize("path", KERNELS)
+def test_compiles_with_nvrtc12_for_t4(path):
+    src, shown = resolve(path)
+    nvrtc12.compile_cubin(src, shown, "sm_75", name_expressions=tuple(sorted(name_expressions().get(path, ()))))
+
+
+@needs_nvrtc12
+@pytest.mark.parametrize("name,source", SOLUTIONS, ids=[n for n, _ in SOLUTIONS])
+def test_solution_compiles_with_nvrtc12_for_t4(name, source):
+    nvrtc12.compile_cubin(source, name, "sm_75")
+
+
+@needs_nvrtc12
+def test_nvrtc12_reports_errors():
+    with pytest.raises(Exception, match="NVRTC 12 for sm_75"):
+        nvrtc12.compile_cubin('extern "C" __global__ void k() { undefined_call(); }', "bad.cu")
+
+
+def test_driver_older_than_cupy_is_diagnosed():
+    """cudl.setup() prints one sentence saying what to do when the driver is older than CuPy's CUDA."""
+    from cudl.env import driver_problem
+
+    gpu = dict(backend="gpu", driver="12.4", runtime="12.4", nvrtc="12.4", kernel_format="cubin")
+    assert driver_problem(gpu) == ""
+    assert driver_problem({**gpu, "nvrtc": "12.9"}) == ""  # cubins of a newer 12.x load on a 12.4 driver
+    ptx = driver_problem({**gpu, "nvrtc": "12.9", "kernel_format": "PTX"})
+    assert "CUDA_ERROR_UNSUPPORTED_PTX_VERSION" in ptx and "CUPY_COMPILE_WITH_PTX" in ptx
+    major = driver_problem({**gpu, "runtime": "13.0", "nvrtc": "13.0"})
+    assert "pip install cupy-cuda12x" in major, major
+    assert driver_problem(dict(backend="emulator")) == ""

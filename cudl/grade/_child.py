@@ -1,0 +1,122 @@
+"""The grading process: `python -m cudl.grade._child` reads a job (JSON) on stdin and reports on a pipe.
+
+A fresh interpreter, not a multiprocessing child: it never re-imports the caller's `__main__` (so a plain
+script without an `if __name__ == "__main__":` guard can grade), and a crashed CUDA context dies with it.
+Every message is one JSON line `[kind, payload]` on the file descriptor the job names; the parent
+(`cudl.grade.run`) turns them into a verdict and kills this process when a launch outlives its limit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+Send = Callable[[str, Any], None]
+
+
+class _Watched:
+    """A kernel whose every launch is announced to the parent and waited for, so a hang has a deadline."""
+
+    def __init__(self, kernel: Any, send: Send, record: list | None = None):
+        self.kernel, self.send, self.record = kernel, send, record
+
+    def __getattr__(self, name: str) -> Any:  # num_regs, max_threads_per_block, ... of the kernel itself
+        return getattr(self.kernel, name)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> None:
+        import cudl
+
+        self.send("launch", self.kernel.name)
+        self.kernel(*args, **kwargs)
+        cudl.sync()  # a GPU launch is asynchronous: a hang shows here, inside the announced window
+        self.send("launched", None)
+        if self.record is not None:
+            self.record.append((self.kernel, args, kwargs))
+
+
+def grade(name: str, source: str, send: Send, speed: bool = False) -> None:
+    """Run grader `name` on `source` with this process's backend and report each step through `send`."""
+    import cudl
+    from cudl.check import compare
+    from cudl.errors import CompileError, EmulatorUnsupported, KernelFault
+    from cudl.grade import REGISTRY, Refuse, _load_all
+
+    _load_all()
+    g = REGISTRY[name]
+    try:
+        kernels = {k: cudl.load(source, k, options=g.options) for k in g.kernels}
+    except CompileError as exc:
+        send("compile", str(exc))
+        return
+    except EmulatorUnsupported as exc:  # cannot be graded here at all: say so, do not call it a crash
+        send("unsupported", str(exc))
+        return
+    send("compiled", None)
+
+    def loader(src: str, compiled: dict[str, Any], record: list | None = None) -> Callable[[str], Any]:
+        def load(kname: str) -> Any:
+            k = compiled[kname] if kname in compiled else cudl.load(src, kname, options=g.options)
+            return _Watched(k, send, record)
+        return load
+
+    cases = g.cases if cudl.on_gpu() else g.emulator_cases
+    for i, case in enumerate(cases):
+        send("start", i)
+        try:
+            pairs = g.run(loader(source, kernels), dict(case))
+            cudl.sync()
+            for out, ref in pairs:
+                c = compare(out, ref, rtol=g.rtol)
+                if not c.ok:
+                    send("fail", (i, str(c)))
+                    return
+        except KernelFault as exc:
+            send("crash", (i, str(exc)))
+            return
+        except Refuse as exc:
+            send("fail", (i, str(exc)))
+            return
+        except Exception as exc:
+            text = f"{type(exc).__name__}: {exc}"
+            kind = "crash" if any(s in text for s in ("IllegalAddress", "illegal", "LaunchFailure", "misaligned",
+                                                      "cudaError")) else "error"
+            send(kind, (i, text if kind == "crash" else traceback.format_exc(limit=3)))
+            return
+    send("done", len(cases))
+    if speed and g.speed and cudl.on_gpu():
+        from cudl.grade.speed import measure, solution_source
+
+        ref_src = g.solution or solution_source(name)
+        if ref_src is None:
+            send("timing", None)
+        else:
+            ref_kernels = {k: cudl.load(ref_src, k, options=g.options) for k in g.kernels}
+            launches: dict[str, list] = {"student": [], "solution": []}
+            g.run(loader(source, kernels, launches["student"]), dict(g.speed["case"]))
+            g.run(loader(ref_src, ref_kernels, launches["solution"]), dict(g.speed["case"]))
+            send("timing", measure(launches["student"], launches["solution"]))
+    send("end", None)
+
+
+def main() -> None:
+    """Entry point: the job is {name, source, fd, speed} as JSON on stdin; CUDL_BACKEND comes from the parent."""
+    job = json.loads(sys.stdin.read())
+    pipe = os.fdopen(job["fd"], "w", buffering=1)
+
+    def send(kind: str, payload: Any = None) -> None:
+        pipe.write(json.dumps([kind, payload]) + "\n")
+        pipe.flush()
+
+    try:
+        grade(job["name"], job["source"], send, speed=job.get("speed", False))
+    except Exception:  # a bug outside the student's kernel: report it rather than die silently
+        send("error", (-1, traceback.format_exc(limit=5)))
+    pipe.close()
+
+
+if __name__ == "__main__":
+    main()
