@@ -103,3 +103,12 @@ def test_executed_chapters_show_their_figures():
         images = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs
                   if "image/png" in o.get("data", {}) or "image/svg+xml" in o.get("data", {})]
         assert images, f"{path.name} plots but stores no figure: re-execute it with `make execute`"
+
+
+@pytest.mark.xfail(strict=True, reason="needs cudl.grade.run to raise after printing a non-PASS verdict (issue 7); "
+                                       "until then nbval skips the unrun graded cells of an exercise")
+def test_nbval_refuses_an_unsolved_exercise():
+    """Exercises ship without outputs, and nbval compares nothing in a cell that was never run: only a grader
+    cell that fails (raises) on a non-PASS verdict makes nbval refuse the stubs."""
+    proc = _nbval(EXERCISES[0])
+    assert proc.returncode != 0, proc.stdout[-2000:]
