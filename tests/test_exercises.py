@@ -14,6 +14,17 @@ from cudl.compile import ROOT
 from cudl.grade import REGISTRY, _load_all
 
 _load_all()
+# Chapters whose exercises were written before this standard (issue 9): their structure, challenge and hint
+# tests are strict xfails, so that meeting the standard turns them into failures to remove from this set.
+BEFORE_THE_STANDARD = {"06-convolution", "08-profiling"}
+_LATE = pytest.mark.xfail(strict=True, reason="exercise written before the standard of issue 9 (headings, "
+                                              "a speed-graded challenge, hint tiers)")
+
+
+def _mark(path):
+    return pytest.param(path, marks=_LATE) if path.stem in BEFORE_THE_STANDARD else path
+
+
 EXERCISES = sorted((ROOT / "exercises").glob("*.ipynb"))
 SOLUTIONS = sorted((ROOT / "solutions").glob("*.ipynb"))
 
@@ -49,7 +60,7 @@ def test_expected_verdict_is_labelled_above_each_grader(path):
             assert f'cudl.grade.hint("{name}", 2)' in note.source
 
 
-@pytest.mark.parametrize("path", EXERCISES, ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", [_mark(p) for p in EXERCISES], ids=lambda p: p.stem)
 def test_one_heading_structure_and_an_answer_cell_per_question(path):
     cells = _cells(path)
     n = int(path.stem[:2])
@@ -94,7 +105,7 @@ def test_solutions_are_linked(path):
     assert (ROOT / "solutions" / path.name).exists()
 
 
-@pytest.mark.parametrize("path", EXERCISES, ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", [_mark(p) for p in EXERCISES], ids=lambda p: p.stem)
 def test_each_chapter_has_a_speed_graded_challenge(path):
     cells = _cells(path)
     start = next(i for i, c in enumerate(cells) if c.cell_type == "markdown" and "\n## Challenge" in "\n" + c.source)
@@ -120,11 +131,12 @@ def _solution_lines(source: str) -> list[str]:
     return out
 
 
-GRADED_SOURCES = [(p.stem, name, cells[i - 1].source) for p in SOLUTIONS for cells in [_cells(p)]
-                  for i, name in _graded(cells)]
+GRADED_SOURCES = [pytest.param(p.stem, name, cells[i - 1].source, id=f"{p.stem}:{name}",
+                               marks=[_LATE] if p.stem in BEFORE_THE_STANDARD else [])
+                  for p in SOLUTIONS for cells in [_cells(p)] for i, name in _graded(cells)]
 
 
-@pytest.mark.parametrize("slug,name,source", GRADED_SOURCES, ids=[f"{s}:{n}" for s, n, _ in GRADED_SOURCES])
+@pytest.mark.parametrize("slug,name,source", GRADED_SOURCES)
 def test_hints_come_in_tiers_and_the_first_gives_no_solution_line(slug, name, source):
     g = REGISTRY[name]
     assert len(g.hints) >= 3, f"{name}: a pointer, more, nearly the answer"
