@@ -16,14 +16,15 @@ from .backend import on_gpu, require_gpu, size, sync, to_numpy
 from .bench import Timing, bench, flush_l2, sweep
 from .ceilings import DATASHEET, ceilings, datasheet
 from .check import check, compare, poisoned, randn
+from .counters import Counters, counters
 from .env import banner, device_info, glue, gpu_name, setup, show
 from .errors import CompileError, CudlError, EmulatorUnsupported, GpuOnly, KernelFault
 from .kernel import Kernel, load
 from .record import load_records, record
 
 __all__ = [
-    "DATASHEET", "CompileError", "CudlError", "EmulatorUnsupported", "GpuOnly", "Kernel", "KernelFault",
-    "Timing", "backend_name", "banner", "bench", "ceilings", "check", "compare", "datasheet", "device_info",
+    "DATASHEET", "CompileError", "Counters", "CudlError", "EmulatorUnsupported", "GpuOnly", "Kernel", "KernelFault",
+    "Timing", "backend_name", "banner", "bench", "ceilings", "check", "compare", "counters", "datasheet", "device_info",
     "flush_l2", "glue", "gpu_name", "grade", "load", "load_records", "on_gpu", "poisoned", "randn", "record",
     "require_gpu", "setup", "show", "size", "sweep", "sync", "to_numpy",
 ]

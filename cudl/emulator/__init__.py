@@ -707,7 +707,7 @@ def _shared_decl(source: str, name: str) -> tuple[int, int]:
     if not m:
         return 0, 1
     typ = " ".join(m.group(1).replace("const", "").replace("volatile", "").split())
-    return _CTYPE_BYTES.get(typ, 0), max(1, m.group(2).count("["))
+    return _CTYPE_BYTES.get(typ, 0), m.group(2).count("[")
 
 
 def _race_message(mod: Module, L: _Launch, name: str, params: list[Param], args: list[Any]) -> str:
@@ -726,7 +726,9 @@ def _race_message(mod: Module, L: _Launch, name: str, params: list[Param], args:
         else:
             var, off, _ = _shared_symbols(mod)[C.region - 1000][0], C.offset, 0
         size, dims = _shared_decl(src, var) if C.region != 999 or var[0].isalpha() else (0, 1)
-        if size and dims == 1:
+        if size and dims == 0:
+            what = f"{var} (shared memory)"
+        elif size and dims == 1:
             what = f"{var}[{off // size}] (shared memory)"
         elif size:
             what = f"{var}, element {off // size} in row-major order (shared memory)"
@@ -744,7 +746,10 @@ def _race_message(mod: Module, L: _Launch, name: str, params: list[Param], args:
     def kind(k: int) -> str:
         return ("atomic " if C.atomic[k] else "") + ("write" if C.write[k] else "read")
 
-    if C.blk[0] != C.blk[1]:
+    if lines[0] == lines[1] and C.write[0] != C.write[1]:
+        why = ("a read-modify-write of one element by several threads (+= is a read, then a write): use "
+               "atomicAdd, or reduce within the block first")
+    elif C.blk[0] != C.blk[1]:
         why = ("two blocks touch the same element without atomics, and nothing orders blocks: use atomicAdd, "
                "or give each block its own elements")
     elif C.tid[0] // 32 == C.tid[1] // 32:
