@@ -184,4 +184,52 @@ def last() -> Counters | None:
     return _LAST[0] if _LAST else None
 
 
+@dataclass
+class Comparison:
+    """Several launches side by side, one row each (cudl.counters.compare)."""
+
+    counts: dict[str, Counters]
+
+    def _table(self) -> tuple[list[str], list[list[str]]]:
+        cols = [("global load sectors / request", lambda c: c.global_sectors_per_request("load")),
+                ("global store sectors / request", lambda c: c.global_sectors_per_request("store")),
+                ("shared load n-way", lambda c: c.shared_ways("load")),
+                ("shared store n-way", lambda c: c.shared_ways("store"))]
+        vals = {h: [f(c) for c in self.counts.values()] for h, f in cols}
+        keep = [h for h, _ in cols if not all(np.isnan(v) for v in vals[h])]
+        body = [[label] + [f"{vals[h][i]:.1f}" if not np.isnan(vals[h][i]) else "" for h in keep]
+                for i, label in enumerate(self.counts)]
+        return ["launch", *keep], body
+
+    def _caption(self) -> str:
+        first = next(iter(self.counts.values()), None)
+        return f"{first.kernel if first else ''}: counted on the CPU emulator{first.note if first else ''}"
+
+    def _repr_markdown_(self) -> str:
+        head, body = self._table()
+        out = [f"*{self._caption()}*", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        return "\n".join(out + ["| " + " | ".join(r) + " |" for r in body])
+
+    def _repr_html_(self) -> str:
+        import html
+
+        head, body = self._table()
+        th = "".join(f"<th>{html.escape(h)}</th>" for h in head)
+        trs = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in body)
+        return (f"<table><caption>{html.escape(self._caption())}</caption><thead><tr>{th}</tr></thead>"
+                f"<tbody>{trs}</tbody></table>")
+
+    def __str__(self) -> str:
+        head, body = self._table()
+        widths = [max(len(r[i]) for r in [head, *body]) for i in range(len(head))]
+        fmt = "  ".join(f"{{:{w}}}" for w in widths)
+        return "\n".join([self._caption(), fmt.format(*head), *(fmt.format(*r) for r in body)])
+
+
+def compare(counts: dict[str, Counters]) -> Comparison:
+    """A table of several cudl.counters results, one row per label (e.g. one per stride)."""
+    return Comparison(dict(counts))
+
+
 counters.last = last  # cudl.counters.last(), for graders
+counters.compare = compare  # cudl.counters.compare({...}), for chapters

@@ -114,3 +114,13 @@ def test_book_kernel_counts_on_every_backend():
     assert c.global_sectors_per_request("load") == 4.0
     assert c.global_sectors_per_request("store") == 4.0
     assert ("GPU" in c.note) == cudl.on_gpu()
+
+
+@pytest.mark.skipif(cudl.on_gpu(), reason="raw source kernels are counted on the emulator backend")
+def test_compare_table(host):
+    n, x, y = host
+    k = _k("strided_copy")
+    t = cudl.counters.compare({f"stride {s}": cudl.counters(k, n // 256, 256, (x, y, n, s)) for s in (1, 32)})
+    md = t._repr_markdown_()
+    assert "| stride 1 | 4.0 | 4.0 |" in md and "| stride 32 | 32.0 | 4.0 |" in md
+    assert "shared" not in md  # columns without data are left out
