@@ -17,6 +17,8 @@
 #endif
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <map>
 #include <tuple>
 #include <unordered_map>
@@ -1055,6 +1057,8 @@ static const int MAX_WORKERS = 512;
 static std::mutex g_wk_mu;
 static Worker* g_wk[MAX_WORKERS];  // the running launch's workers, for the watchdog
 static std::atomic<int> g_live;
+static std::mutex g_live_mu;
+static std::condition_variable g_live_cv;  // the last worker to leave wakes the watchdog
 
 static void worker_main(cudl_launch* L, int index) {
     Worker w;
@@ -1120,7 +1124,10 @@ static void worker_main(cudl_launch* L, int index) {
         std::lock_guard<std::mutex> g(g_wk_mu);
         g_wk[index] = nullptr;
     }
-    g_live.fetch_sub(1);
+    if (g_live.fetch_sub(1) == 1) {
+        std::lock_guard<std::mutex> g(g_live_mu);
+        g_live_cv.notify_all();
+    }
     ck_worker_end(&w);
     give_stacks(&w);
     if (ds_base) munmap(ds_base, ds_len);
@@ -1162,9 +1169,11 @@ static void watch(cudl_launch* L) {
     unsigned long long last = 0;
     double still = 0, since_fire = -1;
     const double tick = 0.05;
-    while (g_live.load() > 0) {
-        timespec ts{0, (long)(tick * 1e9)};
-        nanosleep(&ts, nullptr);
+    for (;;) {
+        {
+            std::unique_lock<std::mutex> lk(g_live_mu);
+            if (g_live_cv.wait_for(lk, std::chrono::milliseconds(50), [] { return g_live.load() == 0; })) return;
+        }
         if (limit <= 0) continue;
         std::lock_guard<std::mutex> g(g_wk_mu);
         if (since_fire >= 0) {  // fired: nudge workers that have not left yet (e.g. were in printf)
