@@ -233,3 +233,19 @@ def test_process_survives_and_normal_launches_follow(racecheck, monkeypatch):
     y = np.zeros(256, np.float32)
     cudl.load(RIGHT, "grid_stride_scale")(2, 64, (x, y, 256))
     np.testing.assert_array_equal(y, 2.0)
+
+
+def test_book_reduction_kernels_raise_no_alarm():
+    """Chapter 4's kernels (barriers, shuffles, atomics, the last-block finish) pass their own tests with the
+    race check on. (All of tests/kernels/ passes with it too; that takes minutes, so it is not run here.)"""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    env = dict(os.environ, CUDL_EMULATOR_RACECHECK="1", CUDL_BACKEND="emulator")
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
+                           "tests/kernels/test_04_reductions.py"], cwd=root, env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:]
