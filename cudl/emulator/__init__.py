@@ -744,7 +744,7 @@ def _race_message(mod: Module, L: _Launch, name: str, params: list[Param], args:
                 f"({b % gx},{b // gx % gy},{b // (gx * gy)})")
 
     def kind(k: int) -> str:
-        return ("atomic " if C.atomic[k] else "") + ("write" if C.write[k] else "read")
+        return "atomic operation" if C.atomic[k] else "write" if C.write[k] else "read"
 
     if lines[0] == lines[1] and C.write[0] != C.write[1]:
         why = ("a read-modify-write of one element by several threads (+= is a read, then a write): use "

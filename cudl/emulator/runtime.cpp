@@ -777,8 +777,12 @@ static inline bool ck_concurrent(const Acc& a, const Acc& me, bool shared) {
     if ((a.tid >> 5) == (me.tid >> 5) && a.wclk < me.wclk) return false;  // a warp rendezvous between them
     return true;
 }
+// Not a conflict: two atomics, or an atomic and a plain read (the compare-and-swap idiom reads *p plainly,
+// then retries if an atomic changed it; the CUDA guide's own atomicAdd for double does this).
 static inline bool ck_conflict(const Acc& a, const Acc& me, bool shared) {
-    return ck_concurrent(a, me, shared) && !((a.flags & 2) && (me.flags & 2));
+    const bool a_at = a.flags & 2, me_at = me.flags & 2, a_rd = !(a.flags & 4), me_rd = !(me.flags & 4);
+    if ((a_at && me_at) || (a_at && me_rd) || (me_at && a_rd)) return false;
+    return ck_concurrent(a, me, shared);
 }
 
 static void ck_race(Worker* w, Region* r, size_t cell, const Acc& old, const Acc& me, uintptr_t addr) {
@@ -809,7 +813,11 @@ static void ck_check_race(Worker* w, Region* r, uintptr_t a, size_t size, const 
         if (write) {
             if (ck_conflict(c.r1, me, sh)) ck_race(w, r, i, c.r1, me, a);
             if (ck_conflict(c.r2, me, sh)) ck_race(w, r, i, c.r2, me, a);
-            c.w = me;
+            // An atomic after this thread's own plain write in the same epoch keeps the plain write on record:
+            // other threads' atomics that follow race with it (`*total = 0` then atomicAdd by everyone).
+            const bool keep = (me.flags & 2) && (c.w.flags & 1) && !(c.w.flags & 2) && c.w.blk == me.blk &&
+                              c.w.epoch == me.epoch;
+            if (!keep) c.w = me;
             c.r1.flags = c.r2.flags = 0;
         } else {
             auto free_slot = [&](const Acc& x) {

@@ -54,6 +54,10 @@ extern "C" __global__ void dynamic_shared_race(float* out) {
     __syncthreads();
     out[threadIdx.x] = buf[threadIdx.x / 2];
 }
+extern "C" __global__ void reset_then_atomic(const float* x, float* total) {
+    if (threadIdx.x == 0) *total = 0.0f;              // line 41: a plain write ...
+    atomicAdd(total, x[threadIdx.x]);                 // line 42: ... racing with the other threads' atomics
+}
 """
 
 RIGHT = r"""
@@ -119,6 +123,20 @@ extern "C" __global__ void tree_sum(const float* x, float* partials, int n) {
     }
     if (threadIdx.x == 0) partials[blockIdx.x] = s[0];
 }
+__device__ float atomic_max_float(float* addr, float v) {  // the CAS idiom: a plain read, then CAS retries
+    int* p = (int*)addr;
+    int old = *p, assumed;
+    do {
+        assumed = old;
+        if (__int_as_float(assumed) >= v) break;
+        old = atomicCAS(p, assumed, __float_as_int(v));
+    } while (old != assumed);
+    return __int_as_float(old);
+}
+extern "C" __global__ void cas_max(const float* x, float* out, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) atomic_max_float(out, x[i]);
+}
 extern "C" __global__ void broadcast_bias(const float* x, const float* bias, float* y, int n, int c) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) y[i] = x[i] + bias[i % c];               // every block reads the same bias
@@ -174,6 +192,11 @@ def test_dynamic_shared_memory_race(racecheck):
     assert "data race on buf[0]" in msg and ":36" in msg
 
 
+def test_plain_write_racing_with_atomics(racecheck):
+    msg = _fault("reset_then_atomic", 1, 64, (np.ones(64, np.float32), np.zeros(1, np.float32)))
+    assert "data race on total[0]" in msg and ":41" in msg and ":42" in msg and "then atomic operation by" in msg
+
+
 def test_race_check_is_off_by_default(monkeypatch):
     monkeypatch.delenv("CUDL_EMULATOR_RACECHECK", raising=False)
     partials = np.zeros(4, np.float32)
@@ -209,6 +232,9 @@ def test_correct_kernels_raise_no_alarm(racecheck):
     partials = np.full(8, np.nan, np.float32)
     cudl.load(RIGHT, "tree_sum")(8, 128, (x, partials, n))
     np.testing.assert_allclose(partials.sum(), x.sum(), rtol=1e-4)
+    mx = np.full(1, -np.inf, np.float32)
+    cudl.load(RIGHT, "cas_max")(4, 256, (x, mx, n))
+    assert mx[0] == x.max()
     bias = rng.standard_normal(7).astype(np.float32)
     cudl.load(RIGHT, "broadcast_bias")(4, 256, (x, bias, y, n, 7))
     np.testing.assert_allclose(y, x + bias[np.arange(n) % 7])
