@@ -27,6 +27,7 @@ import numpy as np
 
 from . import backend as _backend
 from .compile import ROOT, resolve
+from .errors import EmulatorUnsupported
 from .kernel import SCALAR_TYPES, Kernel, _dim3
 
 
@@ -161,6 +162,7 @@ def counters(kernel: Kernel, grid: int | Sequence[int], block: int | Sequence[in
         conv.append(kind(a) if kind is not None else a)
     if len(conv) != len(kernel.params):
         raise TypeError(f"{kernel.name} takes {len(kernel.params)} arguments, got {len(args)}")
+    emulator._LAST_COUNTS.clear()
     old = emulator._FORCED_MODE
     emulator._FORCED_MODE = old | emulator.COUNTERS
     try:
@@ -168,6 +170,9 @@ def counters(kernel: Kernel, grid: int | Sequence[int], block: int | Sequence[in
     finally:
         emulator._FORCED_MODE = old
     raw = emulator.last_counts()
+    if not raw or raw.get("kernel") != kernel.name:
+        raise EmulatorUnsupported("cudl.counters could not count this launch: "
+                                  f"{getattr(mod, '_checks_broken', None) or 'no counts came back'}")
     rows = sorted(raw["rows"], key=lambda r: (_line_no(r["line"]), r["space"], r["op"]))
     result = Counters(kernel.name, g, b, rows, raw["per_thread"], note)
     _LAST[:] = [result]

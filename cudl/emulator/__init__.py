@@ -309,7 +309,7 @@ def _compile_module(source: str, shown: str, options: tuple[str, ...], names: tu
         raise CompileError(f"{shown} does not compile (g++, CPU emulator):\n" + format_log(log, source, shown))
     lib = ctypes.CDLL(str(path))
     mod = Module(lib, rt, shown, {k: i for i, k in enumerate(kernels)}, fiber_kernels(source, kernels))
-    mod._check_inputs = (text, _flags(options), source)  # for the instrumented build (checks.py-style block below)
+    mod._check_inputs = (text, _flags(options), source)  # for the instrumented build ("checks" below)
     return mod
 
 
@@ -564,7 +564,9 @@ def _build_checked(text: str, flags: list[str]) -> Path:
         src, obj, so = Path(tmp) / "kernel.cpp", Path(tmp) / "kernel.o", Path(tmp) / "kernel.so"
         src.write_text(text)
         cflags = [f for f in cxxflags() if f != "-shared"]
-        for cmd in ([CXX, *cflags, *CHECK_FLAGS, *flags, f"-I{INCLUDE}", "-c", str(src), "-o", str(obj)],
+        check = CHECK_FLAGS if "clang" not in _compiler_id() else [
+            "-fsanitize=thread", "-mllvm", "-tsan-instrument-func-entry-exit=0", "-gline-tables-only"]
+        for cmd in ([CXX, *cflags, *check, *flags, f"-I{INCLUDE}", "-c", str(src), "-o", str(obj)],
                     [CXX, "-shared", "-fPIC", str(obj), "-o", str(so)]):
             proc = subprocess.run(cmd, capture_output=True, text=True)
             if proc.returncode != 0:
@@ -579,11 +581,21 @@ def _build_checked(text: str, flags: list[str]) -> Path:
 
 
 def _checked_entries(self: Module, i: int) -> tuple[int, int, int]:
-    """Entry points of kernel i in the instrumented library (built on first use)."""
+    """Entry points of kernel i in the instrumented library (built on first use). If this compiler cannot
+    build it, warn once and run the normal build: the launch goes on without checks."""
+    if getattr(self, "_checks_broken", None):
+        return self._entries(i)
     if getattr(self, "_checked_lib", None) is None:
         text, flags, _ = self._check_inputs
-        self._checked_path = _build_checked(text, flags)
-        self._checked_lib = ctypes.CDLL(str(self._checked_path))
+        try:
+            self._checked_path = _build_checked(text, flags)
+            self._checked_lib = ctypes.CDLL(str(self._checked_path))
+        except (EmulatorUnsupported, OSError) as exc:
+            import warnings
+
+            self._checks_broken = str(exc)
+            warnings.warn(f"{exc}\nthe launch runs without the race check / counters", stacklevel=4)
+            return self._entries(i)
         self._checked_cache = {}
     if i not in self._checked_cache:
         self._checked_cache[i] = tuple(ctypes.cast(getattr(self._checked_lib, sym), ctypes.c_void_p).value
@@ -633,7 +645,7 @@ def _shared_symbols(mod: Module) -> list[tuple[str, int, int]]:
 
 def _checks_begin(mod: Module, mode: int, params: list[Param], args: list[Any], guards: dict[int, Any],
                   shared_mem: int) -> _Checks | None:
-    if not mode:
+    if not mode or getattr(mod, "_checks_broken", None):
         return None
     regions: list[int] = []
     for k, gd in guards.items():
