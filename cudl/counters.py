@@ -103,25 +103,32 @@ class Counters:
                 f"per warp, counted on the CPU emulator{self.note}")
 
     def _repr_markdown_(self) -> str:
-        head, body = self._table()
-        out = [f"*{self._title()}*", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-        out += ["| " + " | ".join(row) + " |" for row in body]
-        return "\n".join(out)
+        return _markdown(self._title(), *self._table())
 
     def _repr_html_(self) -> str:
-        import html
-
-        head, body = self._table()
-        th = "".join(f"<th>{html.escape(h)}</th>" for h in head)
-        trs = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in body)
-        return (f"<table><caption>{html.escape(self._title())}</caption><thead><tr>{th}</tr></thead>"
-                f"<tbody>{trs}</tbody></table>")
+        return _html(self._title(), *self._table())
 
     def __str__(self) -> str:
-        head, body = self._table()
-        widths = [max(len(r[i]) for r in [head, *body]) for i in range(len(head))]
-        fmt = "  ".join(f"{{:{w}}}" for w in widths)
-        return "\n".join([self._title(), fmt.format(*head), *(fmt.format(*r) for r in body)])
+        return _text(self._title(), *self._table())
+
+
+def _markdown(caption: str, head: list[str], body: list[list[str]]) -> str:
+    out = [f"*{caption}*", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    return "\n".join(out + ["| " + " | ".join(r) + " |" for r in body])
+
+
+def _html(caption: str, head: list[str], body: list[list[str]]) -> str:
+    import html
+
+    th = "".join(f"<th>{html.escape(h)}</th>" for h in head)
+    trs = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in body)
+    return f"<table><caption>{html.escape(caption)}</caption><thead><tr>{th}</tr></thead><tbody>{trs}</tbody></table>"
+
+
+def _text(caption: str, head: list[str], body: list[list[str]]) -> str:
+    widths = [max(len(r[i]) for r in [head, *body]) for i in range(len(head))]
+    fmt = "  ".join(f"{{:{w}}}" for w in widths)
+    return "\n".join([caption, fmt.format(*head), *(fmt.format(*r) for r in body)])
 
 
 _LAST: list[Counters] = []
@@ -211,24 +218,13 @@ class Comparison:
         return f"{first.kernel if first else ''}: counted on the CPU emulator{first.note if first else ''}"
 
     def _repr_markdown_(self) -> str:
-        head, body = self._table()
-        out = [f"*{self._caption()}*", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-        return "\n".join(out + ["| " + " | ".join(r) + " |" for r in body])
+        return _markdown(self._caption(), *self._table())
 
     def _repr_html_(self) -> str:
-        import html
-
-        head, body = self._table()
-        th = "".join(f"<th>{html.escape(h)}</th>" for h in head)
-        trs = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in body)
-        return (f"<table><caption>{html.escape(self._caption())}</caption><thead><tr>{th}</tr></thead>"
-                f"<tbody>{trs}</tbody></table>")
+        return _html(self._caption(), *self._table())
 
     def __str__(self) -> str:
-        head, body = self._table()
-        widths = [max(len(r[i]) for r in [head, *body]) for i in range(len(head))]
-        fmt = "  ".join(f"{{:{w}}}" for w in widths)
-        return "\n".join([self._caption(), fmt.format(*head), *(fmt.format(*r) for r in body)])
+        return _text(self._caption(), *self._table())
 
 
 def compare(counts: dict[str, Counters]) -> Comparison:

@@ -10,6 +10,7 @@ import re
 
 import numpy as np
 import pytest
+from test_conformance import ATOMICS, BARRIERS  # tests/emulator is on sys.path (pytest rootdir import)
 
 import cudl
 
@@ -112,31 +113,6 @@ extern "C" __global__ void warp_tail_with_syncwarp(const float* x, float* out) {
         if (t == 0) out[blockIdx.x] = v;
     }
 }
-extern "C" __global__ void tree_sum(const float* x, float* partials, int n) {
-    __shared__ float s[128];
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    s[threadIdx.x] = i < n ? x[i] : 0.0f;
-    __syncthreads();
-    for (int k = blockDim.x / 2; k > 0; k /= 2) {
-        if (threadIdx.x < k) s[threadIdx.x] += s[threadIdx.x + k];
-        __syncthreads();
-    }
-    if (threadIdx.x == 0) partials[blockIdx.x] = s[0];
-}
-__device__ float atomic_max_float(float* addr, float v) {  // the CAS idiom: a plain read, then CAS retries
-    int* p = (int*)addr;
-    int old = *p, assumed;
-    do {
-        assumed = old;
-        if (__int_as_float(assumed) >= v) break;
-        old = atomicCAS(p, assumed, __float_as_int(v));
-    } while (old != assumed);
-    return __int_as_float(old);
-}
-extern "C" __global__ void cas_max(const float* x, float* out, int n) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) atomic_max_float(out, x[i]);
-}
 extern "C" __global__ void broadcast_bias(const float* x, const float* bias, float* y, int n, int c) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) y[i] = x[i] + bias[i % c];               // every block reads the same bias
@@ -229,11 +205,11 @@ def test_correct_kernels_raise_no_alarm(racecheck):
     out = np.full(1, np.nan, np.float32)
     cudl.load(RIGHT, "warp_tail_with_syncwarp")(1, 64, (x[:64], out))
     np.testing.assert_allclose(out[0], x[:64].sum(), rtol=1e-4)
-    partials = np.full(8, np.nan, np.float32)
-    cudl.load(RIGHT, "tree_sum")(8, 128, (x, partials, n))
+    partials = np.full(4, np.nan, np.float32)
+    cudl.load(BARRIERS, "block_sum")(4, 256, (x, partials, n))  # a tree reduction in shared memory
     np.testing.assert_allclose(partials.sum(), x.sum(), rtol=1e-4)
     mx = np.full(1, -np.inf, np.float32)
-    cudl.load(RIGHT, "cas_max")(4, 256, (x, mx, n))
+    cudl.load(ATOMICS, "cas_max")(4, 256, (x, mx, n))  # the CAS idiom: a plain read, then atomicCAS retries
     assert mx[0] == x.max()
     bias = rng.standard_normal(7).astype(np.float32)
     cudl.load(RIGHT, "broadcast_bias")(4, 256, (x, bias, y, n, 7))
