@@ -1163,6 +1163,7 @@ static double watchdog_seconds() {
     double v = atof(e);
     return v > 0 ? v : 0.0;
 }
+EXPORT double cudl_watchdog_seconds(void) { return watchdog_seconds(); }
 static unsigned long long signature(Worker* w) {
     unsigned long long h = w->progress.load(std::memory_order_relaxed) * 0x9E3779B97F4A7C15ull;
     h ^= w->blin.load(std::memory_order_relaxed) * 0xC2B2AE3D27D4EB4Full;
