@@ -94,7 +94,8 @@ class Counters:
                 body.append([r["line"], "shared", r["op"], f"{r['requests']:,}", f"{per:.2f} wavefronts",
                              "no bank conflict" if ways <= 1.0 else f"{ways:.1f}-way bank conflict"])
         lo, med, hi = self.thread_accesses
-        body.append(["all", "", "accesses per thread", "", f"min {lo}, median {med:g}, max {hi}", ""])
+        per = f"min {lo}, median {med:g}, max {hi}" if self.per_thread.size else "not counted (over 16 M threads)"
+        body.append(["all", "", "accesses per thread", "", per, ""])
         return head, body
 
     def _title(self) -> str:
