@@ -617,30 +617,42 @@ def _prelude_tls_names() -> frozenset[str]:
     return frozenset(names | {"threadIdx", "blockIdx", "blockDim", "gridDim"})
 
 
-def _shared_symbols(mod: Module) -> list[tuple[str, int, int]]:
-    """(name, offset from threadIdx, bytes) of every __shared__ variable of the instrumented library."""
-    if getattr(mod, "_shared_syms", None) is not None:
-        return mod._shared_syms
-    syms: list[tuple[str, int, int]] = []
+def _elf_symbols(mod: Module) -> list[tuple[str, int, int, str]]:
+    """(TLS or OBJECT, value, bytes, short demangled name) of the instrumented library's variables."""
+    if getattr(mod, "_elf_syms", None) is not None:
+        return mod._elf_syms
+    syms: list[tuple[str, int, int, str]] = []
     try:
         out = subprocess.run(["readelf", "-sW", str(mod._checked_path)], capture_output=True, text=True).stdout
-        tls = []
+        raw = []
         for line in out.splitlines():
             f = line.split()
-            if len(f) >= 8 and f[3] == "TLS" and f[6] != "UND":
-                tls.append((int(f[1], 16), int(f[2], 0), f[7]))
-        dem = subprocess.run(["c++filt"], input="\n".join(n for _, _, n in tls), capture_output=True,
+            if len(f) >= 8 and f[3] in ("TLS", "OBJECT") and f[6] != "UND" and int(f[2], 0) > 0:
+                raw.append((f[3], int(f[1], 16), int(f[2], 0), f[7]))
+        dem = subprocess.run(["c++filt"], input="\n".join(r[3] for r in raw), capture_output=True,
                              text=True).stdout.splitlines()
-        short = [re.sub(r"<.*>", "", d).split("::")[-1].strip() for d in dem]
-        base = next((v for (v, _, _), s in zip(tls, short) if s == "threadIdx"), None)
-        if base is not None and len(short) == len(tls):
-            skip = _prelude_tls_names()
-            syms = [(s, v - base, size) for (v, size, _), s in zip(tls, short)
-                    if size > 0 and s not in skip and not s.startswith("guard variable")]
-    except OSError:  # no binutils: shared memory goes unchecked
+        if len(dem) == len(raw):
+            syms = [(k, v, n, re.sub(r"<.*>", "", d).split("::")[-1].strip()) for (k, v, n, _), d in zip(raw, dem)
+                    if not d.startswith(("guard variable", "vtable", "typeinfo", "_")) and "." not in d]
+    except OSError:  # no binutils: shared memory and __device__ variables go unchecked
         pass
-    mod._shared_syms = syms
+    mod._elf_syms = syms
     return syms
+
+
+def _shared_symbols(mod: Module) -> list[tuple[str, int, int]]:
+    """(name, offset from threadIdx, bytes) of every __shared__ variable of the instrumented library."""
+    tls = [(v, n, s) for k, v, n, s in _elf_symbols(mod) if k == "TLS"]
+    base = next((v for v, _, s in tls if s == "threadIdx"), None)
+    if base is None:
+        return []
+    skip = _prelude_tls_names()
+    return [(s, v - base, n) for v, n, s in tls if s not in skip]
+
+
+def _device_symbols(mod: Module) -> list[tuple[str, int, int]]:
+    """(name, offset from the library's load address, bytes) of __device__ / __constant__ variables."""
+    return [(s, v, n) for k, v, n, s in _elf_symbols(mod) if k == "OBJECT"]
 
 
 def _checks_begin(mod: Module, mode: int, params: list[Param], args: list[Any], guards: dict[int, Any],
@@ -655,6 +667,8 @@ def _checks_begin(mod: Module, mode: int, params: list[Param], args: list[Any], 
         regions += [off, off + size, 1, 1000 + j, 1]
     if shared_mem:
         regions += [0, int(shared_mem), 1, 999, 2]
+    for j, (_, off, size) in enumerate(_device_symbols(mod)):
+        regions += [off, off + size, 1, 2000 + j, 3]
     arr = (ctypes.c_longlong * max(1, len(regions)))(*regions)
     C = _Checks()
     C.mode, C.nregions, C.regions = mode, len(regions) // 5, arr
@@ -712,9 +726,9 @@ _CTYPE_BYTES = {"float": 4, "int": 4, "unsigned": 4, "unsigned int": 4, "double"
                 "uint32_t": 4, "int32_t": 4, "uint8_t": 1, "int8_t": 1}
 
 
-def _shared_decl(source: str, name: str) -> tuple[int, int]:
-    """(element bytes or 0, number of dimensions) of `__shared__ T name[...]` in the source."""
-    m = re.search(r"__shared__\s+(?:__align__\s*\(\s*\w+\s*\)\s*)?([\w\s]+?)\s+" + re.escape(name) +
+def _decl(source: str, name: str, qualifier: str = "__shared__") -> tuple[int, int]:
+    """(element bytes or 0, number of dimensions) of `__shared__ T name[...]` (or another qualifier)."""
+    m = re.search(r"(?:" + qualifier + r")\s+(?:__align__\s*\(\s*\w+\s*\)\s*)?([\w\s]+?)\s+" + re.escape(name) +
                   r"\s*((?:\[[^\]]*\]\s*)*)", strip_comments(source))
     if not m:
         return 0, 1
@@ -728,6 +742,12 @@ def _race_message(mod: Module, L: _Launch, name: str, params: list[Param], args:
     if C.region < 999:
         p, a = params[C.region], args[C.region]
         what = f"{p.name}[{C.offset // a.itemsize}] (global memory, argument {p.name})"
+    elif C.region >= 2000:
+        var = _device_symbols(mod)[C.region - 2000][0]
+        size, dims = _decl(src, var, r"__device__|__constant__|__managed__")
+        what = (f"{var} (__device__ variable)" if size and not dims else
+                f"{var}[{C.offset // size}] (__device__ variable)" if size else
+                f"byte {C.offset} of {var} (__device__ variable)")
     else:
         if C.region == 999:
             var, off = "dynamic shared memory (extern __shared__)", C.offset
@@ -737,7 +757,7 @@ def _race_message(mod: Module, L: _Launch, name: str, params: list[Param], args:
                 var = m.group(2)
         else:
             var, off, _ = _shared_symbols(mod)[C.region - 1000][0], C.offset, 0
-        size, dims = _shared_decl(src, var) if C.region != 999 or var[0].isalpha() else (0, 1)
+        size, dims = _decl(src, var) if C.region != 999 or var[0].isalpha() else (0, 1)
         if size and dims == 0:
             what = f"{var} (shared memory)"
         elif size and dims == 1:

@@ -720,7 +720,8 @@ struct cudl_checks {                    // filled by Python (ctypes structure of
     int mode;                           // bit 0: races, bit 1: counters
     int nregions;
     const long long* regions;           // 5 values per region: start, end, granule, id, base (0: absolute
-                                        // addresses, 1: offsets from &threadIdx, 2: from dynamic shared memory)
+                                        // addresses, 1: offsets from &threadIdx, 2: from dynamic shared memory,
+                                        // 3: from the kernel library's load address: __device__ variables)
     // the race found (race = 1): the earlier access [0] and the later one [1]
     int race, region;
     unsigned long long offset;          // byte offset of the shadow cell in the region
@@ -995,13 +996,14 @@ static void ck_worker_begin(Worker* w) {
     c->kcount.resize(C->mode & 2 ? c->nthreads : 0);
     for (int i = 0; i < C->nregions; i++) {
         const long long* v = C->regions + 5 * i;
-        uintptr_t base = v[4] == 1 ? (uintptr_t)w->tid_plain : v[4] == 2 ? (uintptr_t)w->dsmem : 0;
+        uintptr_t base = v[4] == 1 ? (uintptr_t)w->tid_plain : v[4] == 2 ? (uintptr_t)w->dsmem
+                       : v[4] == 3 ? c->mod_base : 0;
         Region r{};
         r.lo = base + v[0];
         r.hi = base + v[1];
         r.gran = v[2] > 0 ? (uint32_t)v[2] : 1;
         r.id = (int)v[3];
-        r.shared = v[4] != 0;
+        r.shared = v[4] == 1 || v[4] == 2;  // __device__ variables (3) live as long as global memory
         if (r.hi <= r.lo) continue;
         r.ncells = (r.hi - r.lo + r.gran - 1) / r.gran;
         if (C->mode & 1) {

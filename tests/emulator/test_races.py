@@ -55,9 +55,14 @@ extern "C" __global__ void dynamic_shared_race(float* out) {
     __syncthreads();
     out[threadIdx.x] = buf[threadIdx.x / 2];
 }
+__device__ int launches_seen;
+extern "C" __global__ void count_in_device_variable(float* out) {
+    launches_seen++;                                  // line 42: every thread, no atomic
+    out[threadIdx.x] = (float)launches_seen;
+}
 extern "C" __global__ void reset_then_atomic(const float* x, float* total) {
-    if (threadIdx.x == 0) *total = 0.0f;              // line 41: a plain write ...
-    atomicAdd(total, x[threadIdx.x]);                 // line 42: ... racing with the other threads' atomics
+    if (threadIdx.x == 0) *total = 0.0f;              // line 46: a plain write ...
+    atomicAdd(total, x[threadIdx.x]);                 // line 47: ... racing with the other threads' atomics
 }
 """
 
@@ -170,7 +175,12 @@ def test_dynamic_shared_memory_race(racecheck):
 
 def test_plain_write_racing_with_atomics(racecheck):
     msg = _fault("reset_then_atomic", 1, 64, (np.ones(64, np.float32), np.zeros(1, np.float32)))
-    assert "data race on total[0]" in msg and ":41" in msg and ":42" in msg and "then atomic operation by" in msg
+    assert "data race on total[0]" in msg and ":46" in msg and ":47" in msg and "then atomic operation by" in msg
+
+
+def test_race_on_a_device_variable(racecheck):
+    msg = _fault("count_in_device_variable", 1, 32, (np.zeros(32, np.float32),))
+    assert "data race on launches_seen (__device__ variable)" in msg and ":42" in msg
 
 
 def test_race_check_is_off_by_default(monkeypatch):
