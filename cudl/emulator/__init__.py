@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from ..compile import KERNEL_DECL, Param, format_log, strip_comments, with_line_directive
-from ..errors import CompileError, EmulatorUnsupported, KernelFault
+from ..errors import CompileError, EmulatorUnsupported, KernelFault, KernelTimeout
 
 HERE = Path(__file__).resolve().parent
 INCLUDE = HERE / "include"
@@ -446,7 +446,8 @@ class Module:
                 gd.copy_back()
             self._flush_printf()
             if L.status:
-                raise KernelFault(self._fault_message(L, name, params, args, guards))
+                raise (KernelTimeout if L.status == 9 else KernelFault)(
+                    self._fault_message(L, name, params, args, guards))
             for k, gd in guards.items():
                 side = gd.slack_written()
                 if side:
@@ -484,7 +485,7 @@ class Module:
         where = f"in {name} ({self.shown})"
         if L.status == 2:
             return f"{L.msg.decode(errors='replace')}, in {who} {where}"
-        if L.status == 4:
+        if L.status in (4, 9):  # 9: the watchdog (KernelTimeout)
             return f"{L.msg.decode(errors='replace')}, in {name} ({self.shown})"
         if L.status == 8:
             return _race_message(self, L, name, params, args)

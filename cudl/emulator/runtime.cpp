@@ -59,7 +59,8 @@ struct cudl_launch {              // filled by Python (ctypes structure of the s
     int status;                   // 0 ok, 1 memory fault at addr, 2 message about a thread, 3 stack overflow,
                                   // 4 message about a block (barrier / warp deadlock),
                                   // 5 dynamic shared memory overflow (addr = byte offset, signed),
-                                  // 6 kernel needs fibers (relaunched by Python), 7 interrupted (SIGINT)
+                                  // 6 kernel needs fibers (relaunched by Python), 7 interrupted (SIGINT),
+                                  // 8 data race (race check), 9 no progress (watchdog; message in msg)
     int is_write;                 // 1 write, 0 read, -1 unknown
     unsigned long long addr;
     unsigned tid[3], bid[3];
@@ -1212,7 +1213,7 @@ static void watch(cudl_launch* L) {
                 unsigned long long b = w->blin.load(std::memory_order_relaxed);
                 unsigned bx = (unsigned)(b % L->grid[0]), by = (unsigned)((b / L->grid[0]) % L->grid[1]);
                 unsigned bz = (unsigned)(b / ((unsigned long long)L->grid[0] * L->grid[1]));
-                L->status = 4;
+                L->status = 9;
                 snprintf(L->msg, sizeof L->msg, "no progress for %g s (thread (%u,%u,%u) of block (%u,%u,%u) "
                          "neither finished nor reached a barrier): a spin-wait for a value that another thread "
                          "must write, or an endless loop? The emulator runs the threads of a block one at a time "
