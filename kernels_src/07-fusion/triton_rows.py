@@ -12,6 +12,7 @@ import triton
 import triton.language as tl
 
 
+# ------------------------------------------------------------------ softmax
 @triton.jit
 def softmax_kernel(x_ptr, y_ptr, cols, BLOCK: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)  # row * cols can pass 2^31
@@ -23,6 +24,7 @@ def softmax_kernel(x_ptr, y_ptr, cols, BLOCK: tl.constexpr):
     tl.store(y_ptr + row * cols + offs, y.to(y_ptr.dtype.element_ty), mask=inside)
 
 
+# ------------------------------------------------------------------ LayerNorm
 @triton.jit
 def layernorm_kernel(x_ptr, w_ptr, b_ptr, y_ptr, mean_ptr, rstd_ptr, cols, eps, BLOCK: tl.constexpr):
     row = tl.program_id(0).to(tl.int64)
@@ -39,6 +41,7 @@ def layernorm_kernel(x_ptr, w_ptr, b_ptr, y_ptr, mean_ptr, rstd_ptr, cols, eps, 
     tl.store(rstd_ptr + row, rstd)
 
 
+# ------------------------------------------------------------------ launchers
 def _launch_shape(cols: int) -> tuple[int, int]:
     """(BLOCK, num_warps): the row rounded up to a power of two; about 8-16 values per thread."""
     block = triton.next_power_of_2(cols)
