@@ -13,7 +13,8 @@
 // Limit: memory-bound, 2 * sizeof(T) bytes per element forward, 3 * sizeof(T) backward (read dy and
 // x, write dx): target the copy bandwidth, >= PyTorch and >= the chapter's Triton kernels.
 // Launch, forward: grid = rows, blockDim.x a multiple of 32 with cols <= PER_THREAD * blockDim.x.
-// Backward: grid = P blocks (about one wave), same blockDim rule; dw_part and db_part are fp32 [P, cols];
+// Backward: grid = P blocks (about one wave), same blockDim rule but at most 512 threads (so cols <= 8192);
+// dw_part and db_part are fp32 [P, cols];
 // then layernorm_backward_reduce with grid = ceil(cols / 32) blocks of (32, 8) threads.
 // to_float/from_float and bfloat16 are the same as in 03-elementwise (each .cu file stands alone).
 #include <cuda_fp16.h>
@@ -21,6 +22,8 @@
 #define WARP_SIZE 32
 #define FULL_MASK 0xffffffffu
 #define PER_THREAD 16  // row values per thread: 1024 threads hold rows of up to 16384 columns
+#define MAX_THREADS 1024  // forward kernels: at most 64 registers per thread, so 1024 threads always launch
+#define MAX_THREADS_BACKWARD 512  // backward keeps 5 rows of values: up to 128 registers, 512 threads
 #define NEG_INF (-__int_as_float(0x7f800000))
 
 struct bfloat16 {
@@ -155,7 +158,8 @@ __device__ __forceinline__ float block_all(float v, float* scratch) {
 // ------------------------------------------------------------------ softmax
 
 template <typename T>
-__global__ void softmax(const T* __restrict__ x, T* __restrict__ y, int rows, int cols) {
+__global__ void __launch_bounds__(MAX_THREADS)
+softmax(const T* __restrict__ x, T* __restrict__ y, int rows, int cols) {
     __shared__ float scratch[WARP_SIZE];
     const long long row = blockIdx.x;
     const bool vec = vectorizable<T>(x, cols) && vectorizable<T>(y, cols);
@@ -204,7 +208,8 @@ __device__ __forceinline__ void scale_shift(float (&v)[PER_THREAD], const T* __r
 
 // Two-pass statistics, both passes over registers: mean first, then the squared deviations from it.
 template <typename T>
-__global__ void layernorm_forward(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b,
+__global__ void __launch_bounds__(MAX_THREADS)
+layernorm_forward(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b,
                                   T* __restrict__ y, float* __restrict__ mean, float* __restrict__ rstd,
                                   int rows, int cols, float eps) {
     __shared__ float scratch[WARP_SIZE];
@@ -240,7 +245,8 @@ __global__ void layernorm_forward(const T* __restrict__ x, const T* __restrict__
 
 // RMSNorm (Zhang and Sennrich, 2019): y = x * rstd * w with rstd = 1 / sqrt(mean(x^2) + eps).
 template <typename T>
-__global__ void rmsnorm_forward(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y,
+__global__ void __launch_bounds__(MAX_THREADS)
+rmsnorm_forward(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y,
                                 float* __restrict__ rstd, int rows, int cols, float eps) {
     __shared__ float scratch[WARP_SIZE];
     const long long row = blockIdx.x;
@@ -271,7 +277,8 @@ __global__ void rmsnorm_forward(const T* __restrict__ x, const T* __restrict__ w
 // Each block walks rows blockIdx.x, blockIdx.x + gridDim.x, ...; a thread owns the same columns in every
 // row, so it adds its share of dw and db in registers and writes one partial per block at the end.
 template <typename T>
-__global__ void layernorm_backward(const T* __restrict__ dy, const T* __restrict__ x, const T* __restrict__ w,
+__global__ void __launch_bounds__(MAX_THREADS_BACKWARD)
+layernorm_backward(const T* __restrict__ dy, const T* __restrict__ x, const T* __restrict__ w,
                                    const float* __restrict__ mean, const float* __restrict__ rstd,
                                    T* __restrict__ dx, float* __restrict__ dw_part, float* __restrict__ db_part,
                                    int rows, int cols) {

@@ -162,7 +162,7 @@ def test_layernorm_backward(dtype, shape):
         dx, dw, db = poisoned(shape, dtype), poisoned(cols, dtype), poisoned(cols, dtype)
         dw_part, db_part = cudl.poisoned((parts, cols)), cudl.poisoned((parts, cols))
         cudl.load(FUSED, f"layernorm_backward<{CTYPE[dtype]}>")(
-            (parts,), (threads_for(cols),), (dy, x, w, mean, rstd, dx, dw_part, db_part, rows, cols))
+            (parts,), (threads_for(cols, 16),), (dy, x, w, mean, rstd, dx, dw_part, db_part, rows, cols))
         cudl.load(FUSED, f"layernorm_backward_reduce<{CTYPE[dtype]}>")(
             (-(-cols // 32),), (32, 8), (dw_part, db_part, dw, db, parts, cols))
         check(dx, dx_ref, dtype, "dx")
