@@ -79,7 +79,7 @@ def gelu_tanh_bias_backward(load: Any, case: dict[str, Any]) -> list[tuple[Any, 
         emulator_cases=[dict(rows=1, cols=1), dict(rows=7, cols=33), dict(rows=300, cols=31),
                         dict(rows=9, cols=500), dict(rows=129, cols=70)],
         hint=["each block owns 32 columns and must sum ALL rows of them: its 8 row lanes each sum every "
-              "8th row, then the 8 partial sums are combined through shared memory after a __syncthreads()",
+              "8th row, then the 8 partial sums are combined through shared memory after a barrier",
               "column c = blockIdx.x * 32 + threadIdx.x; lane y = threadIdx.y sums rows y, y + 8, y + 16, ...; "
               "put the 8 partial sums in shared memory, __syncthreads(), and let threadIdx.y == 0 add them "
               "and write out[c] if c < cols (every thread must reach the barrier)",
