@@ -16,5 +16,5 @@ extern "C" __global__ void depthwise_nhwc(int N, int H, int W, int C, const floa
             acc += x[(((long long)n * H + h) * W + ww) * C + c] * w[(r * 3 + s) * C + c];
         }
     }
-    y[i] = acc;
+    y[pix * C + c] = acc;  // a warp's 32 stores are C floats apart too
 }
