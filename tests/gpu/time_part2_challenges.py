@@ -23,8 +23,8 @@ def main() -> None:
     rows = []
     for name, slug in CHALLENGES.items():
         src = next(c.source for c in graded_sources(ROOT / "solutions" / f"{slug}.ipynb") if c.grader == name)
-        variants = [("solution", src)] + [(p.stem.split("__")[1], p.read_text()) for p in
-                                          sorted((Path(__file__).parent / "slow_variants" / slug).glob(f"{name}__*.cu"))]
+        slow = sorted((Path(__file__).parent / "slow_variants" / slug).glob(f"{name}__*.cu"))
+        variants = [("solution", src)] + [(p.stem.split("__")[1], p.read_text()) for p in slow]
         for label, source in variants:
             v = run(name, source, quiet=True)
             print(v.line, flush=True)
