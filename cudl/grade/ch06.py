@@ -86,7 +86,10 @@ TILE = 16  # conv2d_tiled: blocks of TILE x TILE threads, one output pixel each
               "per input channel c: every thread copies elements j = tid, tid + 256, ... of the patch, "
               "xs[j / IW][j % IW] = x[n][c][h][w] with h = p0 - pad + j / IW, w = q0 - pad + j % IW (0 outside "
               "the image); __syncthreads(); add xs[ty + r][tx + s] * w[k][c][r][s]; __syncthreads(); store "
-              "y[n][k][p][q] only if p < P and q < Q"])
+              "y[n][k][p][q] only if p < P and q < Q",
+              "common slips: the patch's origin is (p0 - pad, q0 - pad), not (p0, q0); the tap is xs[ty + r][tx + s] "
+              "with the filter NOT flipped (w[k][c][r][s]); the second __syncthreads() keeps fast threads from "
+              "overwriting the patch of channel c while slow ones still read it"])
 def conv2d_tiled(load: Any, case: dict[str, Any]) -> list[tuple[Any, Any]]:
     N, C, H, W, K, R, S, pad = (case[k] for k in ("N", "C", "H", "W", "K", "R", "S", "pad"))
     P, Q = out_size(H, R, 1, pad), out_size(W, S, 1, pad)
@@ -124,7 +127,11 @@ BLOCK = 256  # conv2d_backward_input: one thread per element of dx
               "one thread per dx[n][c][h][w]: sum over k, r, s; compute hh = h + pad - r * dil and skip the tap "
               "unless hh >= 0, hh % stride == 0 and hh / stride < P (test hh >= 0 first: C's / and % truncate "
               "toward zero); add dy[n][k][p][q] * w[k][c][r][s] (not the flipped filter: w is indexed by the "
-              "same r, s that produced y)"])
+              "same r, s that produced y)",
+              "the loops: for r: hh = h + pad - r * dil; if (hh < 0 || hh % stride || hh / stride >= P) continue; "
+              "p = hh / stride; for s: the same with ww, dil and Q; for k: acc += dy[((n * K + k) * P + p) * Q + q] "
+              "* w[((k * C + c) * R + r) * S + s]; finally dx[i] = acc (every thread writes its element, 0 "
+              "included)"])
 def conv2d_backward_input(load: Any, case: dict[str, Any]) -> list[tuple[Any, Any]]:
     N, C, H, W, K, R, S = (case[k] for k in ("N", "C", "H", "W", "K", "R", "S"))
     stride, pad, dil = case["stride"], case["pad"], case["dil"]
@@ -138,3 +145,43 @@ def conv2d_backward_input(load: Any, case: dict[str, Any]) -> list[tuple[Any, An
     cudl.sync()
     check_guard(buf, N * C * H * W, "dx")
     return [(out, conv2d_backward_input_reference(dy, w, H, W, stride, pad, dil).ravel())]
+
+
+# ------------------------------------------------------------------------------ challenge: depthwise 3x3, NHWC
+
+DW_BLOCK = 256  # depthwise_nhwc: one thread per output element, flat index with the channel fastest
+
+
+def depthwise_nhwc_reference(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """y[n, h, w, c] = sum over r, s of x[n, h - 1 + r, w - 1 + s, c] w[r, s, c] (zero padding 1), float64."""
+    xn = np.ascontiguousarray(np.transpose(x, (0, 3, 1, 2)))  # NHWC -> NCHW
+    wn = np.transpose(w, (2, 0, 1))[:, None]  # R x S x C -> C x 1 x R x S
+    return np.transpose(conv2d_reference(xn, wn, 1, 1, 1, groups=x.shape[3]), (0, 2, 3, 1))
+
+
+@grader("depthwise_nhwc", kernels=["depthwise_nhwc"], rtol=RTOL,
+        cases=[dict(N=1, H=1, W=1, C=1), dict(N=1, H=2, W=3, C=5), dict(N=2, H=7, W=5, C=33),
+               dict(N=1, H=16, W=16, C=64), dict(N=3, H=9, W=13, C=100), dict(N=8, H=56, W=56, C=144)],
+        emulator_cases=[dict(N=1, H=1, W=1, C=1), dict(N=1, H=2, W=3, C=5), dict(N=2, H=7, W=5, C=33),
+                        dict(N=1, H=16, W=16, C=64), dict(N=3, H=9, W=13, C=100), dict(N=1, H=12, W=10, C=96)],
+        speed=dict(case=dict(N=8, H=56, W=56, C=144), factor=2),
+        hint=["depthwise: output channel c reads input channel c only, 9 taps around (h, w) with zeros outside "
+              "the image; in NHWC the channel is the fastest index, so neighbouring threads should take "
+              "neighbouring channels of the same pixel (that is what makes the loads coalesced)",
+              "i = blockIdx.x * blockDim.x + threadIdx.x (return if i >= N H W C); c = i % C, then w, h, n from "
+              "i / C; for r, s in 0..2: hh = h - 1 + r, ww = w - 1 + s, skip the tap if hh or ww is outside "
+              "[0, H) x [0, W)",
+              "add x[((n * H + hh) * W + ww) * C + c] * w[(r * 3 + s) * C + c] (the filter is 3 x 3 x C, "
+              "channel fastest too) and store y[i]; the index c must not be the slowest one, or a warp's 32 loads "
+              "are C floats apart"])
+def depthwise_nhwc(load: Any, case: dict[str, Any]) -> list[tuple[Any, Any]]:
+    """y = depthwise 3x3 conv (stride 1, padding 1) of x, all NHWC; w is 3 x 3 x C; grid ceil(NHWC / 256)."""
+    N, H, W, C = (case[k] for k in ("N", "H", "W", "C"))
+    x, w = _randn(N, H, W, C), _randn(3, 3, C)
+    x_dev, w_dev = guarded(x, guard=GUARD)[0], guarded(w, guard=GUARD)[0]
+    size = N * H * W * C
+    out, buf = guarded_output(size, guard=GUARD)
+    load("depthwise_nhwc")(((size + DW_BLOCK - 1) // DW_BLOCK,), (DW_BLOCK,), (N, H, W, C, x_dev, w_dev, out))
+    cudl.sync()
+    check_guard(buf, size, "y")
+    return [(out, depthwise_nhwc_reference(x, w).ravel())]

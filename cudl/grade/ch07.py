@@ -88,3 +88,36 @@ def rmsnorm_backward(load: Any, case: dict[str, Any]) -> list[tuple[Any, Any]]:
     cudl.sync()
     check_guard(buf, rows * cols, "dx")
     return [(dx, ref)]
+
+
+# ------------------------------------------------------------------------------ challenge: add + RMSNorm
+
+@grader("add_rmsnorm", kernels=["add_rmsnorm"], cases=CASES, emulator_cases=EMU_CASES,
+        speed=dict(case=dict(rows=4099, cols=4096), factor=2),
+        hint=["one warp per row, as in the chapter's fused kernels: the warp reads x and res once, writes the "
+              "sum h (the next residual) and adds up h squared for the row in fp32; every lane then needs the "
+              "row's total to scale its own columns",
+              "pass 1 over c = lane, lane + 32, ...: v = x + res, store h[c] = v, ss += v * v; combine ss with "
+              "__shfl_xor_sync (offsets 16..1) so that all lanes hold it; rstd = rsqrtf(ss / cols + 1e-6)",
+              "pass 2 over the same columns reads back h[c] (the lane's own writes, still in cache, not x and "
+              "res again) and writes y[c] = h[c] * rstd * w[c]; the mean divides by cols, not by 32"])
+def add_rmsnorm(load: Any, case: dict[str, Any]) -> list[tuple[Any, Any]]:
+    """h = x + res, y = h / sqrt(mean(h^2) + 1e-6) * w, per row; one warp per row, 8 rows per block."""
+    rows, cols = case["rows"], case["cols"]
+    rng = np.random.default_rng()
+    x_host = (rng.standard_normal((rows, cols)) + rng.uniform(-2, 2, size=(rows, 1))).astype(np.float32)
+    r_host = (rng.standard_normal((rows, cols)) * rng.uniform(0.1, 3, size=(rows, 1))).astype(np.float32)
+    w_host = (rng.standard_normal(cols) + 1).astype(np.float32)
+    x, res = guarded(x_host, guard=GUARD)[0], guarded(r_host, guard=GUARD)[0]
+    w = guarded(w_host, guard=GUARD)[0]
+    h, hbuf = guarded_output((rows, cols), np.float32, guard=GUARD)
+    y, ybuf = guarded_output((rows, cols), np.float32, guard=GUARD)
+    load("add_rmsnorm")(*_launch(rows), (x, res, w, h, y, rows, cols))
+    cudl.sync()
+    check_guard(hbuf, rows * cols, "h")
+    check_guard(ybuf, rows * cols, "y")
+    hd = x_host.astype(np.float64) + r_host
+    # the sum is rounded to fp32 once (h is stored in fp32): normalise that, as the kernel does
+    h32 = hd.astype(np.float32).astype(np.float64)
+    yd = h32 / np.sqrt((h32 * h32).mean(axis=1, keepdims=True) + 1e-6) * w_host.astype(np.float64)
+    return [(h, hd), (y, yd)]

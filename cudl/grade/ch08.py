@@ -44,7 +44,10 @@ def gelu_tanh_grad64(v: np.ndarray) -> np.ndarray:
               "rows, and several blocks share a column",
               "c = blockIdx.x * blockDim.x + threadIdx.x (return if c >= cols); rows r from "
               "blockIdx.y * rows_per_block to min(rows, that + rows_per_block); g = dy * gelu_tanh'(x + bias[c]); "
-              "dx = g; sum g over your rows and atomicAdd the sum to dbias[c] (other blocks add theirs)"],
+              "dx = g; sum g over your rows and atomicAdd the sum to dbias[c] (other blocks add theirs)",
+              "common slips: the bias enters gelu' (v = x + bias[c], not x); dx must be dy * gelu'(v), the chain "
+              "rule's product; dbias[c] += (atomicAdd) the strip's sum, never dbias[c] = ..., since the grader "
+              "zeroes dbias once and every block of the column adds into it; stop the strip at rows"],
         rtol=1e-4)  # tanhf near +-1 leaves 1 - t^2 with a few fp32 ulps of relative error
 def gelu_tanh_bias_backward(load: Any, case: dict[str, Any]) -> list[tuple[Any, Any]]:
     """dx = dy * gelu_tanh'(x + bias), dbias = column sums of dx; grid (ceil(cols/256), ceil(rows/16))."""
@@ -76,10 +79,13 @@ def gelu_tanh_bias_backward(load: Any, case: dict[str, Any]) -> list[tuple[Any, 
         emulator_cases=[dict(rows=1, cols=1), dict(rows=7, cols=33), dict(rows=300, cols=31),
                         dict(rows=9, cols=500), dict(rows=129, cols=70)],
         hint=["each block owns 32 columns and must sum ALL rows of them: its 8 row lanes each sum every "
-              "8th row, then the 8 partial sums are combined through shared memory after a __syncthreads()",
+              "8th row, then the 8 partial sums are combined through shared memory after a barrier",
               "column c = blockIdx.x * 32 + threadIdx.x; lane y = threadIdx.y sums rows y, y + 8, y + 16, ...; "
               "put the 8 partial sums in shared memory, __syncthreads(), and let threadIdx.y == 0 add them "
-              "and write out[c] if c < cols (every thread must reach the barrier)"])
+              "and write out[c] if c < cols (every thread must reach the barrier)",
+              "__shared__ float part[8][32]; acc = 0; if (c < cols) for (r = threadIdx.y; r < rows; r += 8) "
+              "acc += g[r * cols + c]; part[threadIdx.y][threadIdx.x] = acc; __syncthreads(); then thread row 0 "
+              "adds part[0..7][threadIdx.x] in order: the same order every run, so the same bits"])
 def column_sum(load: Any, case: dict[str, Any]) -> list[tuple[Any, Any]]:
     """out[c] = sum over r of g[r, c]; blocks of 32 x 8 threads, grid ceil(cols / 32), no atomics."""
     rows, cols = case["rows"], case["cols"]
@@ -95,3 +101,47 @@ def column_sum(load: Any, case: dict[str, Any]) -> list[tuple[Any, Any]]:
         raise Refuse("two runs on the same input gave different sums: the order of the additions must not "
                      "depend on timing (no atomicAdd; one thread adds the 8 partial sums in a fixed order)")
     return [(out, g_h.astype(np.float64).sum(axis=0))]
+
+
+# ------------------------------------------------------------------------------ challenge: bias + residual, bf16
+
+VEC = 8  # bias_add_residual: bf16 elements per 16-byte vector, one vector per thread
+VEC_BLOCK = 256
+
+
+@grader("bias_add_residual", kernels=["bias_add_residual"],
+        cases=[dict(rows=1, cols=1), dict(rows=3, cols=5), dict(rows=7, cols=24), dict(rows=33, cols=100),
+               dict(rows=1000, cols=1000), dict(rows=8192, cols=4096)],
+        emulator_cases=[dict(rows=1, cols=1), dict(rows=3, cols=5), dict(rows=7, cols=24),
+                        dict(rows=33, cols=100), dict(rows=50, cols=333), dict(rows=16, cols=2048)],
+        speed=dict(case=dict(rows=8192, cols=4096), factor=1.5),
+        hint=["out = x + bias + res is pure memory traffic: move 16 bytes (8 bf16) per load and per store, and "
+              "convert to fp32 for the additions; the flat array of rows * cols elements need not be a "
+              "multiple of 8, so the last thread finishes the tail one element at a time",
+              "thread t owns elements e = 8 t .. 8 t + 7 of the flat array; if 8 t + 8 <= n, load "
+              "reinterpret_cast<const uint4*>(x)[t] (and res), unpack the 8 halves of its 4 words, add "
+              "bias[(e + j) % cols], round, pack and store one uint4; else loop e < n one element at a time",
+              "a bf16 is the high half of an fp32: f = __uint_as_float(bits << 16); back with round to nearest "
+              "even: u = __float_as_uint(f), bits = (u + 0x7fff + ((u >> 16) & 1)) >> 16; word k of a uint4 "
+              "holds element 2k in its low 16 bits and 2k + 1 in its high 16 bits"])
+def bias_add_residual(load: Any, case: dict[str, Any]) -> list[tuple[Any, Any]]:
+    """out = bf16(x + bias + res) (bf16 as uint16 bits, fp32 math); grid ceil(ceil(n / 8) / 256), block 256."""
+    from cudl.check import bf16_to_float, float_to_bf16
+
+    rows, cols = case["rows"], case["cols"]
+    n = rows * cols
+    rng = np.random.default_rng()
+    x_h = float_to_bf16(rng.standard_normal((rows, cols)).astype(np.float32) * 3)
+    r_h = float_to_bf16(rng.standard_normal((rows, cols)).astype(np.float32))
+    b_h = float_to_bf16(rng.uniform(-1, 1, cols).astype(np.float32))
+    x, _ = guarded(x_h)  # the guard holds bf16 NaN (0xffff): reading past the end gives NaN
+    res, _ = guarded(r_h)
+    b, _ = guarded(b_h)
+    out, out_full = guarded_output((rows, cols), np.uint16)
+    threads = _cdiv(n, VEC)
+    load("bias_add_residual")((_cdiv(threads, VEC_BLOCK),), (VEC_BLOCK,), (x, b, res, out, rows, cols))
+    cudl.sync()
+    check_guard(out_full, n, "out")
+    ref = (bf16_to_float(x_h).astype(np.float64) + bf16_to_float(b_h).astype(np.float64)
+           + bf16_to_float(r_h).astype(np.float64))
+    return [(out, ref)]
