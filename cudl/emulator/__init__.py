@@ -34,6 +34,7 @@ import numpy as np
 
 from ..compile import KERNEL_DECL, Param, format_log, strip_comments, with_line_directive
 from ..errors import CompileError, EmulatorUnsupported, KernelFault
+from . import ptx
 
 HERE = Path(__file__).resolve().parent
 INCLUDE = HERE / "include"
@@ -46,8 +47,7 @@ OPTIONAL_FLAGS = ["-fno-finite-loops",  # a spin loop must spin (and time out) a
 
 # Features the emulator cannot run: (regex on the source without comments, what the message calls it).
 UNSUPPORTED = [
-    (r"\basm\s*(?:volatile\s*)?\(|\b__asm__\b", "inline PTX asm"),
-    (r"cp\.async|__pipeline_memcpy_async|__pipeline_commit|cuda::memcpy_async|cuda::pipeline", "cp.async"),
+    (r"cuda::memcpy_async|cuda::pipeline", "cuda::memcpy_async / cuda::pipeline"),  # inline PTX: ptx.py
     (r"\bwgmma\b", "wgmma"),
     (r"\bCUtensorMap\b|cp\.async\.bulk|cuda::barrier|cuda::ptx", "TMA / cuda::barrier"),
     (r"\bthis_grid\s*\(|\bgrid\.sync\s*\(|\bgrid_group\b|\bthis_multi_grid\b", "cooperative-groups grid sync"),
@@ -56,7 +56,7 @@ UNSUPPORTED = [
 # Anything that needs every thread of a block to be a fiber.
 NEEDS_FIBERS = re.compile(
     r"__syncthreads|__syncwarp|__shfl|__ballot_sync|__any_sync|__all_sync|__activemask|__reduce_\w+_sync|"
-    r"__match_\w+_sync|\bwmma\b|cooperative_groups|#\s*include\s*\"")
+    r"__match_\w+_sync|\bwmma\b|cooperative_groups|#\s*include\s*\"|\basm\b|\b__asm__\b|__pipeline_\w+")
 
 
 class _Launch(ctypes.Structure):
@@ -201,6 +201,7 @@ def check_supported(source: str, shown: str) -> None:
             line = text.count("\n", 0, m.start()) + 1
             raise EmulatorUnsupported(f"not supported on the CPU emulator: {what} ({shown}:{line}); "
                                       "run this cell on a GPU")
+    ptx.translate(source, shown)  # refuses inline PTX the emulator does not know, naming the instruction
 
 
 _EXTERN_SHARED = re.compile(
@@ -210,6 +211,7 @@ _EXTERN_SHARED = re.compile(
 
 def rewrite(source: str, shown: str) -> str:
     """Source changes that keep every line in place: dynamic shared memory, `static __shared__`."""
+    source = ptx.translate(source, shown)  # inline PTX -> calls of include/cudl_ptx.h, lines kept
     text = strip_comments(source)  # find matches on the comment-free text, apply at the same offsets
     out, pos = [], 0
     for m in _EXTERN_SHARED.finditer(text):
