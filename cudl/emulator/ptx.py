@@ -79,6 +79,8 @@ class _Asm:
 
     def __init__(self, inner: str):
         sections = _split(inner, ":")
+        if STRING.sub("", sections[0]).strip():
+            raise _Unsupported("a template that is not only string literals (built by a macro?)")
         self.ptx = _unescape("".join(STRING.findall(sections[0]))).replace("%%", "%")
         self.operands: list[tuple[str, str]] = []  # (constraint, C++ expression)
         self.n_out = 0
@@ -137,7 +139,7 @@ class _Asm:
         ops = [o.strip() for o in _split(rest, ",")] if rest.strip() else []
         q = opcode.split(".")
         head = q[0]
-        if head == ".reg":
+        if opcode == ".reg":
             return self.declare(stmt)
         if head == "mma":
             body = self.mma(opcode, q, ops)
@@ -272,9 +274,10 @@ def translate(source: str, shown: str) -> str:
             code = _Asm(text[m.end():end]).cpp()
         except (_Unsupported, IndexError) as exc:
             what = exc.args[0] if isinstance(exc, _Unsupported) else "operands"
-            raise EmulatorUnsupported(f"not supported on the CPU emulator: inline PTX asm instruction {what} "
+            raise EmulatorUnsupported(f"not supported on the CPU emulator: inline PTX asm: {what} "
                                       f"({shown}:{line}); run this cell on a GPU") from None
-        out += [source[pos:m.start()], code, "\n" * text.count("\n", m.start(), end + 1)]
+        breaks = re.findall(r"\\?[ \t]*\n", text[m.start():end + 1])  # inside a #define: keep the backslashes
+        out += [source[pos:m.start()], code, "".join("\\\n" if b[0] == "\\" else "\n" for b in breaks)]
         pos = end + 1
     out.append(source[pos:])
     return "".join(out)

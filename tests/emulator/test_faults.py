@@ -106,7 +106,7 @@ def test_unsupported_inline_asm():
 
 
 @pytest.mark.parametrize("snippet,what", [
-    ("__pipeline_memcpy_async(s, x, 16);", "cp.async"),
+    ("cuda::memcpy_async(s, x, 16, pipe);", "cuda::memcpy_async"),
     ("cg::this_grid().sync();", "grid"),
 ])
 def test_unsupported_features(snippet, what):

@@ -29,7 +29,7 @@
 #define __noinline__ __attribute__((noinline))
 #define __launch_bounds__(...)
 #define __restrict__ __restrict
-#define __align__(n) alignas(n)
+#define __align__(n) __attribute__((aligned(n)))  // also after __shared__ (alignas may not)
 #define __constant__
 #define __managed__
 #define __grid_constant__
