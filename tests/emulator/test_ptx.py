@@ -299,6 +299,35 @@ def test_cp_async_groups_and_ignore_src():
     np.testing.assert_array_equal(host(y), want)
 
 
+OPERAND_FORMS = r"""
+// Operand forms of public kernels: the shared address made inside the asm (cvta.to.shared + cvt.u32.u64),
+// a 64-bit "l" shared address, and a copy guarded by a predicate (@p: no copy, the old contents stay).
+extern "C" __global__ void forms(const int4* x, int4* y) {
+    __shared__ int4 s[64];
+    int t = threadIdx.x;
+    s[32 + t] = make_int4(-1, -2, -3, -4);
+    unsigned a;
+    asm volatile("{ .reg .u64 u; cvta.to.shared.u64 u, %1; cvt.u32.u64 %0, u; }" : "=r"(a) : "l"(&s[t]));
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 16;" :: "r"(a), "l"(x + t));
+    size_t b = __cvta_generic_to_shared(&s[32 + t]);
+    asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %0, 0;\n @p cp.async.cg.shared.global [%1], [%2], %3;\n}\n"
+                 :: "r"((int)(t % 2)), "l"(b), "l"(x + 32 + t), "n"(16));
+    asm volatile("cp.async.wait_all;" ::: "memory");
+    y[t] = s[t];
+    y[32 + t] = s[32 + t];
+}
+"""
+
+
+def test_public_operand_forms():
+    x = RNG.integers(0, 1000, (64, 4), dtype=np.int32)
+    y = dev(np.zeros((64, 4), np.int32))
+    cudl.load(OPERAND_FORMS, "forms")(1, 32, (dev(x), y))
+    want = x.copy()
+    want[32::2] = [-1, -2, -3, -4]  # even lanes: predicate false, no copy
+    np.testing.assert_array_equal(host(y), want)
+
+
 # ------------------------------------------------------------------------------ a 64x64x64 GEMM
 
 GEMM = r"""

@@ -152,7 +152,8 @@ static inline void __cudl_ldmatrix(uint32_t* d, int num, bool trans, uint64_t ad
         uint32_t v = 0;
         for (int e = 0; e < 2; e++) {
             unsigned row = trans ? 2 * (lane % 4) + e : lane / 4, col = trans ? lane / 4 : 2 * (lane % 4) + e;
-            const char* p = __cudl_smem_ptr(st[8 * j + row][0]) + 2 * col;
+            const char* rowp = __cudl_smem_ptr(st[8 * j + row][0]), *p = rowp + 2 * col;
+            if ((uintptr_t)rowp % 16) __cudl_rt_trap("ldmatrix: a row address is not 16-byte aligned", file, line);
             unsigned short h;
             memcpy(&h, p, 2);
             v |= (uint32_t)h << (16 * e);
@@ -192,6 +193,9 @@ static inline void __cudl_cp_async(uint64_t dst_addr, const void* src, int n, in
     unsigned lin = __cudl_ptx_lin();
     __cudl_cp e;
     e.dst = __cudl_smem_ptr(dst_addr);
+    if ((uintptr_t)e.dst % n || (src_size > 0 && (uintptr_t)src % n))
+        __cudl_rt_trap("cp.async: misaligned address (source and destination must be aligned to the copy size)",
+                       __FILE__, __LINE__);
     e.n = n;
     e.group = __cudl_cp_group[lin];
     memset(e.data, 0, sizeof e.data);
