@@ -454,6 +454,22 @@ def test_mma_by_part_of_a_warp_is_a_fault():
         cudl.load(MMA, "mma_k16")(1, 16, (a, bt, np.zeros((16, 8), np.float32), np.zeros((16, 8), np.float32), 0))
 
 
+DIVERGENT = r"""
+extern "C" __global__ void divergent(unsigned* y) {
+    unsigned v = threadIdx.x, r;
+    if (threadIdx.x < 16) asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;" : "=r"(r) : "r"(v));
+    else asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;" : "=r"(r) : "r"(v + 1));
+    y[threadIdx.x] = r;
+}
+"""
+
+
+@emulator_only
+def test_warp_collective_in_divergent_code_is_a_fault():
+    with pytest.raises(cudl.KernelFault, match="different asm statements"):
+        cudl.load(DIVERGENT, "divergent")(1, 32, (np.zeros(32, np.uint32),))
+
+
 @emulator_only
 def test_asm_keeps_line_numbers():
     src = ('extern "C" __global__ void k(float* x) {\n'

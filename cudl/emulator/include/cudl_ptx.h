@@ -63,7 +63,7 @@ template <class T> static inline void __cudl_ptx_out(T& x, uint64_t b) {
 }
 
 // ------------------------------------------------------------------ warp staging and rendezvous
-enum { CUDL_PTX_REGS = 10 };
+enum { CUDL_PTX_REGS = 10 };  // registers a lane stages (the last: its call site)
 static thread_local uint64_t __cudl_ptx_stage[32][32][CUDL_PTX_REGS];  // [warp][lane][register]
 static inline unsigned __cudl_ptx_lin() { return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z); }
 
@@ -72,15 +72,22 @@ static inline uint64_t (*__cudl_ptx_meet(const uint64_t* mine, int n, const char
                                          int line))[CUDL_PTX_REGS] {
     unsigned lin = __cudl_ptx_lin(), w = lin / 32, nthreads = blockDim.x * blockDim.y * blockDim.z;
     unsigned lanes = nthreads - w * 32 >= 32 ? 32 : nthreads - w * 32;
-    for (int i = 0; i < n; i++) __cudl_ptx_stage[w][lin % 32][i] = mine[i];
+    uint64_t(*st)[CUDL_PTX_REGS] = __cudl_ptx_stage[w];
+    for (int i = 0; i < n; i++) st[lin % 32][i] = mine[i];
+    uint64_t site = (uint64_t)line;  // the call site: line and a hash of the file name
+    for (const char* c = file; *c; c++) site = (site ^ (unsigned char)*c) * 0x100000001b3ull;
+    st[lin % 32][CUDL_PTX_REGS - 1] = site;
     unsigned got = (unsigned)__cudl_warp(CUDL_BALLOT, 0xffffffffu, 1, 0, 32, line, file);
-    if (lanes < 32 || got != 0xffffffffu) {
-        char msg[200];
+    char msg[200] = "";
+    if (lanes < 32 || got != 0xffffffffu)
         snprintf(msg, sizeof msg, "%s executed by lanes 0x%08x of warp %u only (it needs all 32 lanes)",
                  what, got, w);
-        __cudl_rt_trap(strdup(msg), file, line);
-    }
-    return __cudl_ptx_stage[w];
+    for (unsigned l = 0; l < 32 && !msg[0]; l++)
+        if (st[l][CUDL_PTX_REGS - 1] != st[lin % 32][CUDL_PTX_REGS - 1])
+            snprintf(msg, sizeof msg, "%s: lanes of warp %u met here from different asm statements "
+                     "(a warp-collective instruction in divergent code?)", what, w);
+    if (msg[0]) __cudl_rt_trap(strdup(msg), file, line);
+    return st;
 }
 static inline void __cudl_ptx_leave(const char* file, int line) {
     (void)__cudl_warp(CUDL_SYNCWARP, 0xffffffffu, 0, 0, 32, line, file);
