@@ -328,6 +328,34 @@ def test_public_operand_forms():
     np.testing.assert_array_equal(host(y), want)
 
 
+DYNAMIC = r"""
+// cp.async into dynamic shared memory, then every thread reads another thread's copy after the barrier
+extern "C" __global__ void dyn_reverse(const float4* x, float4* y) {
+    extern __shared__ float4 buf[];
+    unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(&buf[threadIdx.x]));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(a), "l"(x + threadIdx.x));
+    asm volatile("cp.async.commit_group;");
+    asm volatile("cp.async.wait_group 0;" ::: "memory");
+    __syncthreads();
+    y[threadIdx.x] = buf[blockDim.x - 1 - threadIdx.x];
+}
+"""
+
+
+def test_cp_async_into_dynamic_shared_memory():
+    x = RNG.standard_normal((96, 4)).astype(np.float32)
+    y = dev(np.full((96, 4), np.nan, np.float32))
+    cudl.load(DYNAMIC, "dyn_reverse")(1, 96, (dev(x), y), shared_mem=96 * 16)
+    np.testing.assert_array_equal(host(y), x[::-1])
+
+
+@emulator_only
+def test_cp_async_out_of_bounds_source_is_a_fault():
+    with pytest.raises(cudl.KernelFault, match=r"out-of-bounds read of x\["):
+        cudl.load(DYNAMIC, "dyn_reverse")(1, 96, (np.zeros((95, 4), np.float32), np.zeros((96, 4), np.float32)),
+                                          shared_mem=96 * 16)
+
+
 # ------------------------------------------------------------------------------ a 64x64x64 GEMM
 
 GEMM = r"""
