@@ -140,7 +140,7 @@ def test_mma_m16n8k16_f32_accumulate(bf16):
     c = RNG.standard_normal((16, 8)).astype(np.float32)
     d = dev(np.full((16, 8), np.nan, np.float32))
     cudl.load(MMA, "mma_k16")(1, 32, (dev(a), dev(bt), dev(c), d, int(bf16)))
-    np.testing.assert_allclose(host(d), af @ bf.T + c, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(host(d), af @ bf.T + c, rtol=1e-5, atol=1e-4)
 
 
 def test_mma_m16n8k8_separate_c_and_d():
@@ -148,7 +148,7 @@ def test_mma_m16n8k8_separate_c_and_d():
     c = RNG.standard_normal((16, 8)).astype(np.float32)
     d = dev(np.full((16, 8), np.nan, np.float32))
     cudl.load(MMA, "mma_k8")(1, 32, (dev(a), dev(bt), dev(c), d))
-    np.testing.assert_allclose(host(d), af @ bf.T + c, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(host(d), af @ bf.T + c, rtol=1e-5, atol=1e-4)
 
 
 def test_mma_m16n8k16_f16_accumulate():
@@ -156,7 +156,7 @@ def test_mma_m16n8k16_f16_accumulate():
     d = dev(np.full((16, 8), 0x7E00, np.uint16))  # NaN
     cudl.load(MMA, "mma_k16_f16acc")(1, 32, (dev(a), dev(bt), dev(c), d))
     got = host(d).view(np.float16).astype(np.float64)
-    np.testing.assert_allclose(got, af @ bf.T + cf, rtol=2e-3, atol=2e-3)  # one f16 rounding of the result
+    np.testing.assert_allclose(got, af @ bf.T + cf, rtol=1e-2, atol=1e-2)  # f16 result: a few ulps
 
 
 @pytest.mark.parametrize("kernel,m,k", [("mma_s8_k32", 16, 32), ("mma_s8_m8", 8, 16)])
@@ -430,7 +430,7 @@ def run_gemm(mutant: int):
 def test_gemm_ldmatrix_mma_cp_async():
     got, ref = run_gemm(0)
     err = np.abs(got - ref).max() / np.abs(ref).max()
-    assert err < 1e-5, err
+    assert err < 1e-4, err  # within fp32 rounding (the GPU adds in another order)
 
 
 def test_gemm_wrong_fragment_layout_is_caught():
