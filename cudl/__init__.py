@@ -8,6 +8,7 @@
     cudl.check(out, ref)                           # relative error vs a float64 reference
     t = cudl.bench(lambda: k(...), bytes=3 * 4 * n) # CUDA events, L2 flush, median
     cudl.record(t, chapter="01-first-kernel", shape=n, dtype="float32", baseline=t_torch)
+    cudl.ncu(snippet, kernel="vector_add")         # Nsight Compute metrics of one launch, as a table
 """
 
 from . import grade
@@ -19,12 +20,13 @@ from .check import check, compare, poisoned, randn
 from .env import banner, device_info, glue, gpu_name, setup, show
 from .errors import CompileError, CudlError, EmulatorUnsupported, GpuOnly, KernelFault
 from .kernel import Kernel, load
+from .ncu import ncu
 from .record import load_records, record
 
 __all__ = [
     "DATASHEET", "CompileError", "CudlError", "EmulatorUnsupported", "GpuOnly", "Kernel", "KernelFault",
     "Timing", "backend_name", "banner", "bench", "ceilings", "check", "compare", "datasheet", "device_info",
-    "flush_l2", "glue", "gpu_name", "grade", "load", "load_records", "on_gpu", "poisoned", "randn", "record",
+    "flush_l2", "glue", "gpu_name", "grade", "load", "load_records", "ncu", "on_gpu", "poisoned", "randn", "record",
     "require_gpu", "setup", "show", "size", "sweep", "sync", "to_numpy",
 ]
 

@@ -6,8 +6,11 @@ compile test that runs NVRTC without a GPU through `cuda-bindings`.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
+import struct
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,12 +49,13 @@ def with_line_directive(source: str, shown: str) -> str:
 
 @dataclass(frozen=True)
 class Param:
-    """One kernel parameter: `const float* __restrict__ x` -> Param('x', 'const float*', True, 'float')."""
+    """One kernel parameter: `const float* __restrict__ x` -> Param('x', 'const float*', True, 'float', True)."""
 
     name: str
     ctype: str
     is_pointer: bool
-    base: str  # the pointee type for pointers, the type itself otherwise
+    base: str  # the pointee type for pointers, the type itself otherwise (typedefs resolved)
+    const: bool = False  # a pointer to const: the kernel only reads through it
 
 
 def strip_comments(source: str) -> str:
@@ -62,9 +66,9 @@ def strip_comments(source: str) -> str:
 def _split_top(text: str, sep: str = ",") -> list[str]:
     parts, depth, cur = [], 0, []
     for ch in text:
-        if ch in "<([":
+        if ch in "<([{":
             depth += 1
-        elif ch in ">)]":
+        elif ch in ">)]}":
             depth -= 1
         if ch == sep and depth == 0:
             parts.append("".join(cur))
@@ -88,49 +92,214 @@ def _matching(text: str, start: int, open_ch: str, close_ch: str) -> int:
     raise CompileError(f"unbalanced {open_ch}{close_ch} in kernel source")
 
 
-_LB = r"(?:__launch_bounds__\s*\([^)]*\)\s*)?"  # may stand before or after `void`
-KERNEL_DECL = re.compile(rf"__global__\s+{_LB}void\s+{_LB}(\w+)\s*\(")  # group 1: the kernel's name
+# Macros every CUDA compiler defines; the emulator's prelude defines the same (cudl_prelude.h).
+CUDA_DEFINES = ("-D__CUDACC__=1", "-D__CUDA_ARCH__=800", "-D__CUDACC_VER_MAJOR__=12")
 
 
-def kernel_names(source: str) -> list[str]:
-    """Names of all `__global__` functions in a source, in order."""
-    return [m.group(1) for m in KERNEL_DECL.finditer(strip_comments(source))]
+def define_flags(options: tuple[str, ...] | list[str]) -> list[str]:
+    """NVRTC options that matter to a C preprocessor: -D, -U and -I (others, like --use_fast_math, are not)."""
+    out, it = [], iter(options)
+    long = {"--define-macro": "-D", "--undefine-macro": "-U", "--include-path": "-I"}
+    for o in it:
+        if o in ("-D", "-U", "-I") or o in long:
+            out.append(long.get(o, o) + next(it, ""))
+        elif o.startswith(("-D", "-U", "-I")):
+            out.append(o)
+        elif o.split("=", 1)[0] in long:
+            out.append(long[o.split("=", 1)[0]] + o.split("=", 1)[1])
+    return out
 
 
-def parse_params(source: str, name: str) -> list[Param]:
-    """Parameters of kernel `name` (`vector_add` or a template instance `gelu<__half>`)."""
-    base_name, _, targs = name.partition("<")
-    text = strip_comments(source)
-    pat = re.compile(
-        r"((?:template\s*<(?P<tparams>[^{};]*?)>\s*)?)"
-        r"(?:extern\s+\"C\"\s+)?(?:static\s+)?__global__\s+"
-        rf"{_LB}void\s+{_LB}{re.escape(base_name)}\s*\("
-    )
-    m = pat.search(text)
-    if not m:
-        found = ", ".join(kernel_names(source)) or "none"
-        raise CompileError(f"no __global__ kernel named {base_name!r} in the source (kernels found: {found})")
-    close = _matching(text, m.end() - 1, "(", ")")
-    raw = text[m.end() : close]
-    subst: dict[str, str] = {}
-    if targs and m.group("tparams"):
-        tnames = [re.findall(r"\w+", p)[-1] for p in _split_top(m.group("tparams"))]
-        for tname, value in zip(tnames, _split_top(targs.rstrip().removesuffix(">"))):
-            subst[tname] = value
-    params = []
-    for decl in _split_top(" ".join(raw.split())):
-        if not decl or decl == "void":
+@functools.lru_cache(maxsize=256)
+def preprocess(source: str, options: tuple[str, ...] = (), emulator: bool = False) -> str:
+    """The source as a compiler reads it: comments gone, inactive `#if` branches blank, macros expanded.
+
+    Runs `g++ -E` (or $CXX) with the -D/-U options and CUDA's predefined macros; `#include` lines are
+    skipped (a header declares no kernel of this file). Every line keeps its number. Without a C++
+    compiler it returns the source with comments blanked out.
+    """
+    text = re.sub(r"^[ \t]*#[ \t]*include\b[^\n]*", "", strip_comments(source), flags=re.M)
+    defines = [*CUDA_DEFINES, *(["-D__CUDL_EMULATOR__=1"] if emulator else []),
+               *(f for f in define_flags(options) if not f.startswith("-I"))]
+    try:
+        proc = subprocess.run([os.environ.get("CXX", "g++"), "-x", "c++", "-std=c++17", "-E", *defines,
+                               "-o", "-", "-"], input=text, capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return text
+    if proc.returncode != 0:
+        return text
+    lines = [""] * (text.count("\n") + 1)
+    line, mine = 1, False
+    for out in proc.stdout.splitlines():
+        m = re.match(r'#\s*(\d+)\s+"([^"]*)"', out)
+        if m:
+            line, mine = int(m.group(1)), m.group(2) == "<stdin>"
+        elif mine:
+            if line <= len(lines):
+                lines[line - 1] += out
+            line += 1
+    return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class KernelDecl:
+    """A `__global__` function found in preprocessed text."""
+
+    name: str  # qualified by its namespaces: `ns::k`
+    template: str | None  # the template parameter list, or None
+    params: str  # the text between the parentheses
+    at_file_scope: bool  # only inside namespaces / extern "C" blocks (not a class or function)
+
+
+_SKIP_PARENS = re.compile(r"\b(?:__launch_bounds__|__attribute__|__maxnreg__|__align__|alignas|__declspec)\s*\(")
+
+
+def kernel_decls(text: str) -> list[KernelDecl]:
+    """Every `__global__` function of preprocessed text, in order (declarations and definitions)."""
+    scopes: list[str | None] = []  # per open brace: a namespace name ("" anonymous), or None
+    decls, i, pending_ns = [], 0, None
+    tokens = re.compile(r'"(?:\\.|[^"\\])*"|\bnamespace\s+(\w*)\s*(?=\{)|\bextern\s+"C"\s*(?=\{)|'
+                        r"\b__global__\b|[{};]")
+    while True:
+        m = tokens.search(text, i)
+        if not m:
+            return decls
+        i = m.end()
+        tok = m.group()
+        if tok.startswith("namespace"):
+            pending_ns = m.group(1)
+        elif tok.startswith("extern"):
+            pending_ns = "extern C"
+        elif tok == "{":
+            scopes.append(pending_ns)
+            pending_ns = None
+        elif tok == "}":
+            if scopes:
+                scopes.pop()
+        elif tok == ";":
+            pending_ns = None
+        elif tok == "__global__":
+            d = _kernel_at(text, m.start(), i, scopes)
+            if d:
+                decls.append(d)
+
+
+def _kernel_at(text: str, start: int, pos: int, scopes: list[str | None]) -> KernelDecl | None:
+    # The name is the first identifier followed by `(` that is not an attribute.
+    while True:
+        m = re.compile(r"[\w:]+\s*\(|[;{}]").search(text, pos)
+        if not m or m.group() in ";{}":
+            return None
+        if _SKIP_PARENS.match(text, m.start()):
+            pos = _matching(text, m.end() - 1, "(", ")") + 1
             continue
-        decl = decl.split("=")[0].strip()
-        pname = re.findall(r"\w+", decl)[-1]
-        ctype = decl[: decl.rfind(pname)].replace("__restrict__", "").strip()
-        for tname, value in subst.items():
-            ctype = re.sub(rf"\b{re.escape(tname)}\b", value, ctype)
-        ctype = " ".join(ctype.replace("*", " * ").split()).replace(" *", "*")
-        is_pointer = ctype.endswith("*")
-        base = ctype.rstrip("*").replace("const", "").replace("volatile", "").strip()
-        params.append(Param(pname, ctype, is_pointer, base))
-    return params
+        break
+    name = m.group()[:-1].strip()
+    close = _matching(text, m.end() - 1, "(", ")")
+    head = text[max(0, text.rfind(";", 0, start), text.rfind("}", 0, start), text.rfind("{", 0, start)):start]
+    tm = re.search(r"template\s*<(.*)>\s*(?:extern\s+\"C\"\s*)?(?:static\s+)?$", head, re.S)
+    ns = "::".join(s for s in scopes if s and s != "extern C")
+    return KernelDecl(f"{ns}::{name}" if ns else name, tm.group(1) if tm else None, text[m.end():close],
+                      all(s is not None for s in scopes))
+
+
+def kernel_names(source: str, options: tuple[str, ...] = ()) -> list[str]:
+    """Names of the `__global__` functions a compiler sees in a source, in order."""
+    return list(dict.fromkeys(d.name for d in kernel_decls(preprocess(source, tuple(options)))))
+
+
+def typedefs(text: str) -> dict[str, str]:
+    """`typedef T name;` and `using name = T;` of preprocessed text: name -> T (pointers and arrays kept)."""
+    out = {}
+    for m in re.finditer(r"\btypedef\s+([^;{}()]+?)\s*\b(\w+)\s*;", text):
+        out[m.group(2)] = m.group(1)
+    for m in re.finditer(r"\busing\s+(\w+)\s*=\s*([^;{}()]+?)\s*;", text):
+        out[m.group(1)] = m.group(2)
+    return out
+
+
+_QUALIFIERS = {"__restrict__", "__restrict", "restrict", "__grid_constant__", "struct", "class", "enum",
+               "typename", "register"}
+
+
+_ATTRIBUTE = re.compile(r"\b(?:__attribute__|__align__|alignas|__declspec)\s*\((?:[^()]|\([^()]*\))*\)")
+
+
+def _param(decl: str, subst: dict[str, str], tdefs: dict[str, str]) -> Param:
+    decl = _ATTRIBUTE.sub(" ", decl).split("=")[0].strip()
+    arrays = re.findall(r"\[[^\]]*\]", decl)
+    decl = re.sub(r"\[[^\]]*\]", "", decl)
+    words = re.findall(r"[\w:]+|\*|&", decl)
+    pname = words[-1] if len(words) > 1 and re.match(r"\w+$", words[-1]) else ""
+    typ = [w for w in (words[:-1] if pname else words) if w not in _QUALIFIERS]
+    for _ in range(8):  # template arguments, then typedefs (which may name typedefs)
+        typ2 = []
+        for w in typ:
+            repl = subst.get(w, tdefs.get(w))
+            typ2 += re.findall(r"[\w:]+|\*|&", repl) if repl else [w]
+        typ2 = [w for w in typ2 if w not in _QUALIFIERS]
+        if typ2 == typ:
+            break
+        typ = typ2
+    typ += ["*"] * len(arrays)
+    stars = [k for k, w in enumerate(typ) if w == "*"]
+    is_pointer = bool(stars)
+    pointee = typ[: stars[0]] if stars else typ
+    while typ and typ[-1] in ("const", "volatile"):  # `T *const p`: the pointer itself is const
+        typ = typ[:-1]
+    base = " ".join(w for w in pointee if w not in ("const", "volatile"))
+    ctype = " ".join(typ).replace(" *", "*")
+    return Param(pname, ctype, is_pointer, base, is_pointer and "const" in pointee and len(stars) == 1)
+
+
+def parse_params(source: str, name: str, options: tuple[str, ...] = (), emulator: bool = False) -> list[Param]:
+    """Parameters of kernel `name` (`vector_add`, `ns::k` or a template instance `gelu<__half>`), read
+    from the preprocessed source (the same -D options the compiler gets)."""
+    base_name, _, targs = name.partition("<")
+    text = preprocess(source, tuple(options), emulator)
+    decls = [d for d in kernel_decls(text)
+             if base_name.strip() in (d.name, d.name.split("::")[-1]) and (d.template is None) == (not targs)]
+    if not decls:
+        if any(d.template and base_name.strip() in (d.name, d.name.split("::")[-1]) for d in kernel_decls(text)):
+            raise CompileError(f"{base_name} is a template kernel: name an instance, e.g. '{base_name}<float>'")
+        found = ", ".join(kernel_names(source, tuple(options))) or "none"
+        raise CompileError(f"no __global__ kernel named {base_name!r} in the source (kernels found: {found})")
+    d = decls[-1]
+    subst: dict[str, str] = {}
+    if targs and d.template:
+        tnames = [re.findall(r"\w+", p.split("=")[0])[-1] for p in _split_top(d.template)]
+        subst = dict(zip(tnames, _split_top(targs.rstrip().removesuffix(">"))))
+    tdefs = typedefs(text)
+    return [_param(p, subst, tdefs) for p in _split_top(" ".join(d.params.split())) if p and p != "void"]
+
+
+@dataclass(frozen=True)
+class GlobalVar:
+    """A `__constant__` or `__device__` variable at file scope: `__constant__ float w[5][5]` ->
+    GlobalVar('w', 'float', (5, 5)); `shape` is None where a dimension is not a plain number."""
+
+    name: str
+    base: str
+    shape: tuple[int, ...] | None
+
+
+def global_vars(source: str, options: tuple[str, ...] = (), emulator: bool = False) -> dict[str, GlobalVar]:
+    """The `__constant__` and `__device__` variables (not functions) a compiler sees in a source."""
+    text = preprocess(source, tuple(options), emulator)
+    tdefs = typedefs(text)
+    out = {}
+    for m in re.finditer(r"(?:(?<=[;{}])|^)\s*((?:\w+\s+)*?(?:__constant__|__device__)\b[^;{}()=]*?)\b(\w+)\s*"
+                         r"((?:\[[^\]]*\])*)\s*(?:=[^;]*)?;", text):
+        words = m.group(1).split()
+        if {"extern", "__shared__", "template"} & set(words):
+            continue
+        dims = re.findall(r"\[([^\]]*)\]", m.group(3))
+        ok = all(re.fullmatch(r"[\d\s+\-*/()uUlL]+", d) for d in dims)
+        shape = tuple(int(eval(re.sub(r"[uUlL]", "", d).replace("/", "//"))) for d in dims) if ok else None
+        base = _param(" ".join(w for w in words if not w.startswith("__") and w != "static") + " x", {},
+                      tdefs).base
+        out[m.group(2)] = GlobalVar(m.group(2), base, shape)
+    return out
 
 
 # ---------------------------------------------------------------------------- compile logs
@@ -161,12 +330,13 @@ def format_log(log: str, source: str, shown: str, context: int = 1) -> str:
 def cuda_include_dirs() -> list[str]:
     """Directories holding cuda_fp16.h & co., for NVRTC runs outside CuPy."""
     candidates = [os.environ.get("CUDA_PATH", ""), os.environ.get("CUDA_HOME", ""), "/usr/local/cuda"]
-    return [f"{c}/include" for c in candidates if c and Path(c, "include", "cuda_fp16.h").is_file()][:1]
+    found = [f"{c}/include" for c in candidates if c and Path(c, "include", "cuda_fp16.h").is_file()][:1]
+    return found + [f"{d}/cccl" for d in found if Path(d, "cccl").is_dir()]  # CUDA 13 keeps cuda/std there
 
 
-def nvrtc_compile(source: str, shown: str, arch: str, options: tuple[str, ...] = (),
-                  name_expressions: tuple[str, ...] = ()) -> str:
-    """Compile to PTX with NVRTC (through cuda-bindings, no GPU needed); raise CompileError on failure."""
+def _nvrtc(source: str, shown: str, options: list[str], name_expressions: tuple[str, ...], cubin: bool,
+           what: str) -> tuple[str, bytes, dict[str, str]]:
+    """NVRTC (through cuda-bindings, no GPU needed): (log, CUBIN or b"", lowered names); CompileError on failure."""
     from cuda.bindings import nvrtc
 
     text = with_line_directive(source, shown).encode()
@@ -174,15 +344,73 @@ def nvrtc_compile(source: str, shown: str, arch: str, options: tuple[str, ...] =
     try:
         for expr in name_expressions:
             nvrtc.nvrtcAddNameExpression(prog, expr.encode())
-        opts = [f"-arch=compute_{arch.split('_')[1]}", "-std=c++17", *options]
-        opts += [f"-I{d}" for d in cuda_include_dirs()]
+        opts = [*options, *(f"-I{d}" for d in cuda_include_dirs())]
         (err,) = nvrtc.nvrtcCompileProgram(prog, len(opts), [o.encode() for o in opts])
         _, size = nvrtc.nvrtcGetProgramLogSize(prog)
         log = b" " * size
         nvrtc.nvrtcGetProgramLog(prog, log)
         log_text = log.rstrip(b"\x00").decode(errors="replace")
         if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
-            raise CompileError(f"{shown} does not compile for {arch}:\n" + format_log(log_text, source, shown))
-        return log_text
+            raise CompileError(f"{shown} does not compile {what}:\n" + format_log(log_text, source, shown)
+                               + hints(log_text))
+        binary, lowered = b"", {}
+        if cubin:
+            _, size = nvrtc.nvrtcGetCUBINSize(prog)
+            binary = b" " * size
+            nvrtc.nvrtcGetCUBIN(prog, binary)
+            for expr in name_expressions:
+                e, low = nvrtc.nvrtcGetLoweredName(prog, expr.encode())
+                if e == nvrtc.nvrtcResult.NVRTC_SUCCESS:
+                    lowered[expr] = low.decode()
+        return log_text, binary, lowered
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
+
+
+def hints(log: str) -> str:
+    """A line that names the cause of errors beginners meet most."""
+    m = re.search(r"""(?:identifier "|['‘])(INFINITY|NAN|HUGE_VALF?)(?:" is undefined|['’] was not declared)""", log)
+    if m:
+        return (f"\nhint: {m.group(1)} is a <math.h> macro that NVRTC does not define: write CUDART_INF_F / "
+                "CUDART_NAN_F (#include <math_constants.h>) or __int_as_float(0x7f800000), or pass "
+                "options=['-DINFINITY=__int_as_float(0x7f800000)']")
+    m = re.search(r'cannot open source file "([^"]+)"', log)
+    if m:
+        return (f"\nhint: NVRTC compiles device code only: host headers such as <{m.group(1)}> are not "
+                "available in a kernel (printf needs no header; CUDA's math functions need none)")
+    return ""
+
+
+def nvrtc_compile(source: str, shown: str, arch: str, options: tuple[str, ...] = (),
+                  name_expressions: tuple[str, ...] = ()) -> str:
+    """Compile to PTX with NVRTC (through cuda-bindings, no GPU needed); raise CompileError on failure."""
+    opts = [f"-arch=compute_{arch.split('_')[1]}", "-std=c++17", *options]
+    return _nvrtc(source, shown, opts, name_expressions, False, f"for {arch}")[0]
+
+
+def cubin_resources(cubin: bytes) -> dict[str, dict[str, int]]:
+    """Registers per thread and static shared memory per block of every kernel of a CUBIN (an ELF file:
+    section `.text.K` holds the register count in the top byte of sh_info, `.nv.shared.K` has the size)."""
+    shoff = struct.unpack_from("<Q", cubin, 0x28)[0]
+    entsize, count, strndx = struct.unpack_from("<HHH", cubin, 0x3A)
+    secs = [struct.unpack_from("<IIQQQQIIQQ", cubin, shoff + i * entsize) for i in range(count)]
+    names = secs[strndx][4]
+    out: dict[str, dict[str, int]] = {}
+    for s in secs:
+        name = cubin[names + s[0]:cubin.index(b"\0", names + s[0])].decode()
+        if name.startswith(".text."):
+            out.setdefault(name[6:], {"shared": 0})["regs"] = s[7] >> 24
+        elif name.startswith(".nv.shared.") and not name.startswith(".nv.shared.reserved"):
+            out.setdefault(name[11:], {"shared": 0})["shared"] = s[5]
+    return out
+
+
+def nvrtc_resources(source: str, shown: str, arch: str, options: tuple[str, ...] = (),
+                    names: tuple[str, ...] = ()) -> dict[str, dict[str, int]]:
+    """Compile to CUBIN for `arch` (e.g. sm_80) with NVRTC; registers and static shared memory per kernel,
+    under its lowered name and under each of `names` (CompileError when NVRTC rejects the source)."""
+    _, cubin, lowered = _nvrtc(source, shown, [f"-arch={arch}", "-std=c++17", *options], names, True,
+                               "(NVRTC, the compiler of the GPU path)")
+    res = cubin_resources(cubin)
+    res.update({n: res[low] for n, low in lowered.items() if low in res})
+    return res

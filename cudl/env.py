@@ -23,7 +23,10 @@ def device_info() -> dict[str, Any]:
     except ImportError:
         info["torch"] = None
     if not on_gpu():
-        info.update(gpu="CPU emulator", cc=None, cpu=platform.processor() or platform.machine())
+        from .emulator import device
+
+        info.update(gpu="CPU emulator", cc=None, cpu=platform.processor() or platform.machine(),
+                    mimics=device())  # the GPU whose limits the emulator enforces
         return info
     import cupy
 
@@ -103,8 +106,11 @@ def banner() -> str:
                 f"L2 {i['l2_mib']:.0f} MiB) | driver CUDA {i['driver']}, runtime {i['runtime']}, "
                 f"CuPy {i['cupy']} (NVRTC {i['nvrtc']}, kernels built as {i['kernel_format']}), "
                 f"PyTorch {i['torch'] or 'not installed'} | backend: gpu")
+    m = i["mimics"]
     return (f"cudl: no GPU, running on the CPU emulator ({fallback_reason()}). Kernels run correctly but "
-            "slowly, and cells that measure GPU performance (%%gpu) are skipped.")
+            "slowly, and cells that measure GPU performance (%%gpu) are skipped. Limits enforced: a "
+            f"{m['name']}'s ({m['max_threads_per_block']} threads and {m['max_smem_per_block_optin'] // 1024} KiB "
+            "shared memory per block).")
 
 
 def _gpu_cell(line: str, cell: str) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import functools
 from collections.abc import Sequence
 from typing import Any
@@ -9,7 +10,17 @@ from typing import Any
 import numpy as np
 
 from . import backend as _backend
-from .compile import Param, cuda_include_dirs, format_log, parse_params, resolve, with_line_directive
+from .compile import (
+    Param,
+    cuda_include_dirs,
+    format_log,
+    global_vars,
+    kernel_decls,
+    parse_params,
+    preprocess,
+    resolve,
+    with_line_directive,
+)
 from .errors import CompileError
 
 # C parameter types and the NumPy types their arguments are converted to.
@@ -19,6 +30,10 @@ SCALAR_TYPES: dict[str, type] = {
     "long": np.int64, "size_t": np.uint64, "uint64_t": np.uint64, "unsigned long long": np.uint64,
     "float": np.float32, "double": np.float64, "bool": np.bool_, "char": np.int8,
     "short": np.int16, "unsigned char": np.uint8, "__half": np.float16, "half": np.float16,
+    "long int": np.int64, "unsigned long": np.uint64, "unsigned long int": np.uint64, "long long unsigned": np.uint64,
+    "signed char": np.int8, "int8_t": np.int8, "uint8_t": np.uint8, "int16_t": np.int16, "uint16_t": np.uint16,
+    "unsigned short": np.uint16, "short int": np.int16, "signed": np.int32, "signed int": np.int32,
+    "unsigned long long int": np.uint64, "long long signed": np.int64, "ptrdiff_t": np.int64,
 }
 # Pointee types whose arrays must have exactly this dtype (vector types and bf16 are not checked).
 POINTER_DTYPES: dict[str, tuple[np.dtype, ...]] = {
@@ -38,8 +53,10 @@ def _dim3(v: int | Sequence[int], what: str) -> tuple[int, int, int]:
 class Kernel:
     """A compiled kernel: `k(grid, block, args, shared_mem=0)` launches it on the current backend."""
 
-    def __init__(self, name: str, params: list[Param], shown: str, impl: Any, backend: str):
+    def __init__(self, name: str, params: list[Param], shown: str, impl: Any, backend: str, module: Any = None,
+                 source: str = "", options: tuple[str, ...] = ()):
         self.name, self.params, self.shown, self._impl, self.backend = name, params, shown, impl, backend
+        self.module, self._source, self._options = module, source, options  # module: CuPy RawModule / emulator
 
     # Resource usage as the compiler reports it (None on the emulator: there are no registers to count).
     @property
@@ -57,6 +74,46 @@ class Kernel:
         return self._impl.local_size_bytes if self.backend == "gpu" else None
 
     @property
+    def resources(self) -> dict[str, int] | None:
+        """{"regs", "shared"} as NVRTC compiles the kernel for sm_80, on the emulator (None where unknown)."""
+        if self.backend == "gpu":
+            return {"regs": self.num_regs, "shared": self.shared_bytes}
+        return getattr(self._impl, "resources", {}).get(self.name)
+
+    def get_global(self, name: str) -> Any:
+        """A `__constant__` or `__device__` variable of the kernel's module as an array on this backend (a view:
+        writing into it changes what the kernel reads), shaped and typed as the source declares it."""
+        var = global_vars(self._source, self._options, self.backend != "gpu").get(name)
+        if var is None:
+            raise KeyError(f"no __constant__ or __device__ variable {name!r} at file scope of {self.shown}")
+        dtype = np.dtype(SCALAR_TYPES.get(var.base, np.uint8))
+        if self.backend == "gpu":
+            import cupy
+
+            ptr = self.module.get_global(name)
+            if var.base not in SCALAR_TYPES:
+                raise ValueError(f"{name} is a {var.base}: get_global maps variables of scalar types (bytes of "
+                                 "a struct would need its size, which CuPy does not report)")
+            if var.shape is None:  # CuPy reports no size: it must come from the declaration
+                raise ValueError(f"the size of {name} is not a plain number in {self.shown}: declare it with "
+                                 "numbers or #define'd numbers, e.g. __constant__ float w[25]")
+            nbytes = int(np.prod(var.shape)) * dtype.itemsize
+            flat = cupy.ndarray((nbytes // dtype.itemsize,), dtype, ptr)
+        else:
+            addr, nbytes = self._impl.global_memory(name)
+            raw = np.ctypeslib.as_array((ctypes.c_ubyte * nbytes).from_address(addr))
+            flat = raw.view(dtype)
+        return flat.reshape(var.shape) if var.shape is not None and var.base in SCALAR_TYPES else flat
+
+    def set_global(self, name: str, values: Any) -> None:
+        """Copy `values` into a `__constant__` or `__device__` variable (shape and dtype must match)."""
+        g = self.get_global(name)
+        values = _backend.xp().asarray(values)
+        if values.shape != g.shape or values.dtype != g.dtype:
+            raise ValueError(f"{name} is {g.dtype}{list(g.shape)}, got {values.dtype}{list(values.shape)}")
+        g[...] = values
+
+    @property
     def max_threads_per_block(self) -> int:
         return self._impl.max_threads_per_block if self.backend == "gpu" else 1024
 
@@ -68,7 +125,9 @@ class Kernel:
         out = []
         xp = _backend.xp()
         for p, a in zip(self.params, args):
-            if p.is_pointer:
+            if p.is_pointer and a is None:  # a null pointer
+                out.append(None if xp is np else np.uint64(0))
+            elif p.is_pointer:
                 if isinstance(a, np.ndarray) and xp is not np:
                     raise TypeError(
                         f"argument {p.name!r} of {self.name} is a NumPy array in host memory; "
@@ -80,10 +139,17 @@ class Kernel:
                 if want and a.dtype not in want:
                     raise TypeError(f"argument {p.name!r} of {self.name} is {p.ctype} but the array is "
                                     f"{a.dtype}: convert it with .astype({want[0].name})")
+                if not p.const and not getattr(getattr(a, "flags", None), "writeable", True):
+                    raise TypeError(f"argument {p.name!r} of {self.name} is {p.ctype} (the kernel may write "
+                                    "through it) but the array is read-only: pass a writable copy, or declare "
+                                    f"the parameter const {p.base}* if the kernel only reads it")
                 out.append(a)
             else:
                 kind = SCALAR_TYPES.get(p.base)
                 if kind is None:
+                    if isinstance(a, (bool, int, float)):  # its size and type would be guesses
+                        raise TypeError(f"argument {p.name!r} of {self.name} is a {p.ctype}, which cudl does not "
+                                        "know: pass a NumPy value of that exact type (e.g. np.float32(x))")
                     out.append(a)  # struct or vector type passed by value: trust the caller
                 elif hasattr(a, "shape") and getattr(a, "ndim", 0) > 0:
                     raise TypeError(f"argument {p.name!r} of {self.name} is a scalar {p.ctype}, got an array")
@@ -96,6 +162,11 @@ class Kernel:
         g, b = _dim3(grid, "grid"), _dim3(block, "block")
         if b[0] * b[1] * b[2] > 1024:
             raise ValueError(f"block {b} has {b[0] * b[1] * b[2]} threads; the limit is 1024 per block")
+        if b[1] > 1024 or b[2] > 64 or g[0] > 2**31 - 1 or g[1] > 65535 or g[2] > 65535:
+            raise ValueError(f"grid {g} / block {b} exceed CUDA's limits (block y <= 1024, z <= 64; "
+                             "grid x < 2^31, y and z <= 65535)")
+        if self.backend != "gpu":
+            self._check_shared(int(shared_mem))
         conv = self.convert(args)
         if self.backend == "gpu":
             if shared_mem > 48 * 1024:  # above 48 KiB a kernel must opt in to more dynamic shared memory
@@ -103,6 +174,17 @@ class Kernel:
             self._impl(g, b, tuple(conv), shared_mem=shared_mem)
         else:
             self._impl.launch(self.name, g, b, conv, self.params, shared_mem)
+
+    def _check_shared(self, dynamic: int) -> None:
+        """Shared memory per block as the GPU the emulator mimics allows it (static + dynamic, opt-in maximum)."""
+        from .emulator import device
+
+        dev, static = device(), (self.resources or {}).get("shared", 0)
+        if static + dynamic > dev["max_smem_per_block_optin"]:
+            raise ValueError(
+                f"{self.name} asks for {static + dynamic} bytes of shared memory per block ({static} static + "
+                f"shared_mem={dynamic}); a {dev['name']} allows at most {dev['max_smem_per_block_optin']} "
+                "(the CPU emulator enforces the limits of that GPU: CUDL_EMULATOR_DEVICE picks another)")
 
     def __repr__(self) -> str:
         res = "" if self.backend != "gpu" else (
@@ -133,11 +215,15 @@ def load(file_or_source: str, name: str, *, options: Sequence[str] = (),
     """
     source, shown = resolve(file_or_source)
     names = tuple(dict.fromkeys([*name_expressions, *([name] if "<" in name else [])]))
-    params = parse_params(source, name)
-    if _backend.on_gpu():
-        mod = _gpu_module(source, shown, tuple(options), names)
-        return Kernel(name, params, shown, mod.get_function(name), "gpu")
+    options = tuple(options)
+    gpu = _backend.on_gpu()
+    params = parse_params(source, name, options, emulator=not gpu)
+    if gpu:  # every kernel by name expression, so that C++ (mangled) names are found too
+        found = [d.name for d in kernel_decls(preprocess(source, options)) if d.template is None and d.at_file_scope]
+        unique = [k for k in found if found.count(k) == 1]  # an overloaded name is no name expression
+        mod = _gpu_module(source, shown, options, tuple(dict.fromkeys([*unique, *names])))
+        return Kernel(name, params, shown, mod.get_function(name), "gpu", mod, source, options)
     from . import emulator
 
-    mod = emulator.compile_module(source, shown, tuple(options), names)
-    return Kernel(name, params, shown, mod, "emulator")
+    mod = emulator.compile_module(source, shown, options, tuple(dict.fromkeys([*names, name])))
+    return Kernel(name, params, shown, mod, "emulator", mod, source, options)

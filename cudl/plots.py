@@ -7,12 +7,50 @@ from typing import Any
 
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.ticker import FuncFormatter, NullFormatter, NullLocator
 
 from .bench import Timing
 from .ceilings import ceilings
 from .env import gpu_name
 
 LIBRARY_COLOR = "#444444"
+DPI = 100  # figure dpi; the notebook stores PNGs at twice this (`hidpi`), sharp on HiDPI screens
+
+plt.rcParams.update({"figure.dpi": DPI, "savefig.dpi": 2 * DPI, "savefig.bbox": "tight"})
+
+
+def hidpi() -> None:
+    """Make IPython store figures as PNGs of twice the pixels, shown at their normal size ('retina')."""
+    try:
+        from IPython import get_ipython
+        from matplotlib_inline.backend_inline import set_matplotlib_formats
+    except ImportError:
+        return
+    if get_ipython() is not None:
+        set_matplotlib_formats("retina")
+
+
+def log2_axis(axis: Any) -> None:
+    """Base-2 log scale on an x or y Axis with one label per power of two (1,024 or 2^20), no minor labels."""
+
+    def label(v: float, _pos: int) -> str:
+        if v <= 0:
+            return ""
+        k = int(round(np.log2(v)))
+        # plain numbers while they stay short; powers of two for the whole axis once it reaches 2^14
+        return f"{2**k:,}" if 0 <= k and axis.get_view_interval()[1] < 2**14 else f"$2^{{{k}}}$"
+
+    axis.set_major_formatter(FuncFormatter(label))
+    axis.set_minor_locator(NullLocator())
+    axis.set_minor_formatter(NullFormatter())
+
+
+def legend_below(ax: Any) -> None:
+    """The legend under the axes and their x label, where it cannot cover bars, labels or lines."""
+    # anchored at the bottom edge of the axes, pushed down by a fixed distance in font sizes
+    # (tick labels + x label, ~34 pt), whatever the height of the axes
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, 0), borderaxespad=4.3, ncol=2,
+              frameon=False)
 
 
 def roofline(points: Sequence[Timing], *, compute: str = "fp32", ax: Any = None) -> Any:
@@ -57,28 +95,45 @@ def bars(timings: Sequence[Timing], *, baseline: Timing | None = None, metric: s
     colors = ["C0"] * len(timings) + ([LIBRARY_COLOR] if baseline else [])
     ax.barh([t.name for t in rows], vals, color=colors)
     ax.invert_yaxis()
+    line = ceilings()["copy_gbps"] if ceiling and metric == "gbps" else 100 if metric == "pct" else 0
+    # room right of the longest bar (or the ceiling line) for its value label
+    ax.set_xlim(0, 1.22 * max([*vals, line]))
     for i, v in enumerate(vals):
-        ax.text(v, i, f" {v:,.0f}" if v >= 10 else f" {v:.2f}", va="center", fontsize=8)
-    if ceiling and metric == "gbps":
-        ax.axvline(ceilings()["copy_gbps"], color="C3", ls="--", label="measured copy bandwidth")
-        ax.legend(fontsize=8, loc="lower right")
-    if metric == "pct":
-        ax.axvline(100, color=LIBRARY_COLOR, ls="--")
+        ax.text(v, i, f" {v:,.0f}" if v >= 10 else f" {v:.2f}", va="center", fontsize=8,
+                bbox=dict(boxstyle="square,pad=0.1", fc="white", ec="none", alpha=0.85))
+    if line:
+        # the line is named in an empty band above the bars, not in a legend over them
+        ax.set_ylim(len(rows) - 0.5, -1.3)
+        color = "C3" if metric == "gbps" else LIBRARY_COLOR
+        ax.axvline(line, color=color, ls="--", zorder=0)
+        ax.text(line, -0.9, "measured copy bandwidth " if metric == "gbps" else "baseline = 100% ",
+                ha="right", va="center", fontsize=8, color=color)
     ax.set(xlabel=labels[metric], title=f"{gpu_name()}")
     return ax
 
 
 def rate_vs_size(sizes: Sequence[float], series: Mapping[str, Sequence[Timing]], *, metric: str = "gbps",
-                 xlabel: str = "bytes moved", library: str | None = None, ax: Any = None) -> Any:
-    """Rate against problem size (log x), one line per kernel; `library` names the baseline series."""
-    ax = ax or plt.subplots(figsize=(6.5, 4.2))[1]
+                 xlabel: str = "bytes moved", library: str | None = None, logy: bool = False,
+                 ax: Any = None) -> Any:
+    """Rate against problem size (base-2 log x; log y with `logy`), one line per kernel.
+
+    `library` names the baseline series. The legend sits under the axes, clear of the lines.
+    """
+    ax = ax or plt.subplots(figsize=(6.5, 4.6))[1]
     for name, ts in series.items():
         style = dict(color=LIBRARY_COLOR, ls="--") if name == library else dict(ls="-")
-        ax.semilogx(sizes, [getattr(t, metric) for t in ts], marker="o", ms=3, label=name, **style)
+        ax.plot(sizes, [getattr(t, metric) for t in ts], marker="o", ms=3, label=name, **style)
     if metric == "gbps":
         ax.axhline(ceilings()["copy_gbps"], color="C3", ls=":", label="measured copy bandwidth")
+    ax.set_xscale("log", base=2)
+    log2_axis(ax.xaxis)
+    if logy:
+        ax.set_yscale("log")
     ax.set(xlabel=xlabel, ylabel={"gbps": "GB/s", "tflops": "TFLOP/s", "ms": "ms"}[metric],
            title=f"{gpu_name()}")
-    ax.legend(fontsize=8)
-    ax.grid(True, which="both", alpha=0.3)
+    legend_below(ax)
+    ax.grid(True, which="major", alpha=0.3)
     return ax
+
+
+hidpi()

@@ -34,8 +34,11 @@ def git_commit() -> str:
 
 
 def record(t: Timing, *, chapter: str, shape: Any, dtype: str, kernel: str | None = None,
-           baseline: Timing | None = None, path: Path | None = None) -> dict[str, Any] | None:
-    """Append (or replace) this benchmark in benchmarks/<gpu>.json; does nothing on the emulator."""
+           baseline: Timing | None = None, path: Path | None = None, demo: bool = False) -> dict[str, Any] | None:
+    """Append (or replace) this benchmark in benchmarks/<gpu>.json; does nothing on the emulator.
+
+    `demo=True` marks an anti-pattern timed on purpose (the Scoreboard lists it apart from real results).
+    """
     if not on_gpu():
         return None
     from .env import device_info
@@ -48,6 +51,7 @@ def record(t: Timing, *, chapter: str, shape: Any, dtype: str, kernel: str | Non
         "pct_of_ceiling": pct[0] if pct else None, "ceiling": pct[1] if pct else None,
         "baseline": baseline.name if baseline else None, "baseline_ms": baseline.ms if baseline else None,
         "ratio": t.speedup_over(baseline) if baseline else None,
+        "flops": t.flops, "bytes": t.bytes, "compute": t.compute, "demo": demo,
         "gpu": info["gpu"], "cc": info["cc"],
         "versions": {k: info.get(k) for k in ("driver", "runtime", "cupy", "torch", "numpy")},
         "commit": git_commit(), "date": _dt.date.today().isoformat(),

@@ -91,7 +91,8 @@ def _execute_scoreboard(bench_dir: Path, monkeypatch: pytest.MonkeyPatch):
     nbclient.NotebookClient(nb, timeout=120, kernel_name="python3",
                             resources={"metadata": {"path": str(ROOT / "book")}}).execute()
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
-    markdown = "\n".join(o["data"].get("text/markdown", "") for o in outputs if "data" in o)
+    markdown = "\n".join(o["data"].get("text/markdown", "") + o["data"].get("text/html", "")
+                         for o in outputs if "data" in o)
     images = [o for o in outputs if "data" in o and "image/png" in o["data"]]
     return markdown, images
 
@@ -105,9 +106,12 @@ def _sample_records(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     env, record = importlib.import_module("cudl.env"), importlib.import_module("cudl.record")  # cudl.record: a function
 
     monkeypatch.setattr(record, "on_gpu", lambda: True)
-    monkeypatch.setattr(Timing, "pct_of_ceiling", lambda self: (91.0, "measured copy bandwidth") if self.bytes
-                        else (40.0, f"cuBLAS {self.compute}"))
     for gpu, scale in (("NVIDIA H100 80GB HBM3", 1.0), ("Tesla T4", 10.0)):
+        # ceilings such that vector_add reaches 91% of the copy and matmul_1_naive 40% of cuBLAS
+        copy_gbps, gemm_tflops = 12 * 2**26 / 0.25e6 / 0.91 / scale, 2 * 4096**3 / 20e9 / 0.40 / scale
+        monkeypatch.setattr(Timing, "pct_of_ceiling", lambda self, c=copy_gbps, g=gemm_tflops: (
+            (100 * self.gbps / c, "measured copy bandwidth") if self.bytes
+            else (100 * self.tflops / g, f"cuBLAS {self.compute}")))
         monkeypatch.setattr(env, "device_info", lambda gpu=gpu: {
             "gpu": gpu, "cc": "9.0", "driver": "12.8", "runtime": "12.8", "cupy": "13.4.0", "torch": None,
             "numpy": "2.2.0"})
@@ -118,6 +122,14 @@ def _sample_records(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         out = path / f"{record.gpu_slug(gpu)}.json"
         record.record(vadd, chapter="01-first-kernel", shape=n, dtype="float32", baseline=torch_add, path=out)
         record.record(mm, chapter="05-matmul", shape=(4096, 4096, 4096), dtype="float32", path=out)
+        # above the ridge point: compute-bound although it has bytes (the page must not show 91% of copy)
+        fma = Timing("fma_intensity, iters=1024", 20 * scale, 19 * scale, 21 * scale, 20, bytes=8 * n,
+                     flops=2 * 1024 * n)
+        record.record(fma, chapter="02-execution-model", shape=n, dtype="float32", path=out)
+        atomic = Timing("sum_atomic", 76.3 * scale, 76 * scale, 77 * scale, 5, bytes=4 * n)
+        torch_sum = Timing("torch.sum", 0.1 * scale, 0.09 * scale, 0.11 * scale, 50, bytes=4 * n)
+        record.record(atomic, chapter="04-reductions", shape=n, dtype="float32", baseline=torch_sum,
+                      path=out, demo=True)
 
 
 def test_scoreboard_without_records(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -128,12 +140,16 @@ def test_scoreboard_without_records(tmp_path: Path, monkeypatch: pytest.MonkeyPa
 
 def test_scoreboard_with_records(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _sample_records(tmp_path, monkeypatch)
-    assert len(json.loads((tmp_path / "tesla-t4.json").read_text())) == 2
+    assert len(json.loads((tmp_path / "tesla-t4.json").read_text())) == 4
     markdown, images = _execute_scoreboard(tmp_path, monkeypatch)
     assert "No runs recorded yet" not in markdown
-    for expected in ("{rubric} NVIDIA H100 80GB HBM3", "{rubric} Tesla T4", "| `vector_add` |", "`matmul_1_naive`",
-                     "3,221 GB/s (91%)", "1.04× torch.add", "2{sup}`26` float32", "(40%)"):
+    for expected in ("{rubric} NVIDIA H100 80GB HBM3", "{rubric} Tesla T4", "<code>vector_add</code>",
+                     "<code>matmul_1_naive</code>", "3,221 GB/s (91%)", "1.04× faster than torch.add",
+                     "2<sup>26</sup> float32", "(40%)", "6.87 TFLOP/s (40%) compute-bound",
+                     "763× slower than torch.sum", "Demonstrations"):
         assert expected in markdown, f"{expected!r} not in the Scoreboard's tables:\n{markdown}"
+    real, demos = markdown.split("Demonstrations", 1)[0], markdown.rsplit("Demonstrations", 1)[1]
+    assert "sum_atomic" not in real and "sum_atomic" in demos, "a demonstration among the results"
     assert len(images) == 2, "one plot per GPU"
 
 
@@ -266,3 +282,32 @@ def test_page_in_browser(site, page: str) -> None:
         problems.append(f"Colab link on a page that is not a notebook: {colab}")
     assert not problems, f"{page}:\n" + "\n".join(problems)
 
+
+
+# --- figures on a phone -----------------------------------------------------------------------------
+
+FIGURE_PAGES = [p for p in PAGES if (HTML / p).is_file() and "<img" in (HTML / p).read_text(errors="replace")
+                and not p.startswith("book/coming/")]
+_IMAGE_WIDTHS = """() => [...document.querySelectorAll("article img, main img")]
+    .filter(img => img.naturalWidth > 0 && img.offsetParent !== null)
+    .map(img => ({src: img.currentSrc || img.src, right: img.getBoundingClientRect().right,
+                  width: img.getBoundingClientRect().width}))"""
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("page", FIGURE_PAGES or [pytest.param("", marks=pytest.mark.skip(reason="no figures"))])
+def test_figures_fit_a_phone(site, page: str) -> None:
+    """At 390 px (a phone), every figure of the page is scaled to fit the viewport: no figure sticks out."""
+    base, browser = site
+    tab = browser.new_page(viewport={"width": 390, "height": 844}, device_scale_factor=2)
+    tab.route("**/*", lambda r: r.continue_() if r.request.url.startswith(base) else r.fulfill(status=200, body=""))
+    try:
+        tab.goto(base + page, wait_until="load", timeout=30_000)
+        tab.evaluate(_IMAGES_NOT_LOADED)
+        width = tab.evaluate("() => document.documentElement.clientWidth")
+        images = tab.evaluate(_IMAGE_WIDTHS)
+    finally:
+        tab.close()
+    too_wide = [f"{i['src'].rsplit('/', 1)[-1]}: right edge at {i['right']:.0f} px" for i in images
+                if i["right"] > width + 1]
+    assert not too_wide, f"{page}: figures wider than the {width} px viewport:\n" + "\n".join(too_wide)

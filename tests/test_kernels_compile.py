@@ -23,7 +23,10 @@ pytest.importorskip("cuda.bindings")
 
 SOLUTIONS = [(f"{nb.stem}/{c.grader}", c.source) for nb in sorted((ROOT / "solutions").glob("*.ipynb"))
              for c in graded_sources(nb)]
-KERNELS = sorted(p.relative_to(KERNELS_DIR).as_posix() for p in KERNELS_DIR.rglob("*.cu"))
+# kernels_src/appendix/ holds standalone nvcc programs (host code, main): test_appendix_programs
+KERNELS = sorted(p.relative_to(KERNELS_DIR).as_posix() for p in KERNELS_DIR.rglob("*.cu")
+                 if p.relative_to(KERNELS_DIR).parts[0] != "appendix")
+APPENDIX = sorted(KERNELS_DIR.glob("appendix/*.cu"))
 _LOAD = re.compile(r"""load\(\s*["']([\w./-]+\.cu)["']\s*,\s*["']([^"']+<[^"']+>)["']""")
 
 
@@ -46,6 +49,20 @@ def test_there_are_kernels():
 def test_compiles(path, arch):
     src, shown = resolve(path)
     nvrtc_compile(src, shown, arch, name_expressions=tuple(sorted(name_expressions().get(path, ()))))
+
+
+@pytest.mark.parametrize("path", APPENDIX, ids=lambda p: p.name)
+def test_appendix_programs(path, tmp_path):
+    """The standalone programs of the appendix page compile with nvcc (skipped without the toolkit)."""
+    import shutil
+    import subprocess
+
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        pytest.skip("nvcc (CUDA toolkit) not installed")
+    proc = subprocess.run([nvcc, "-arch=sm_75", "-o", str(tmp_path / "a.out"), str(path)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
 
 
 @pytest.mark.parametrize("arch", ARCHS)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -27,12 +28,14 @@ import subprocess
 import sys
 import tempfile
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ..compile import KERNEL_DECL, Param, format_log, strip_comments, with_line_directive
+from .. import compile as cc
+from ..compile import Param, format_log, strip_comments, with_line_directive
 from ..errors import CompileError, EmulatorUnsupported, KernelFault
 from . import ptx
 
@@ -47,10 +50,11 @@ OPTIONAL_FLAGS = ["-fno-finite-loops",  # a spin loop must spin (and time out) a
 
 # Features the emulator cannot run: (regex on the source without comments, what the message calls it).
 UNSUPPORTED = [
-    (r"cuda::memcpy_async|cuda::pipeline", "cuda::memcpy_async / cuda::pipeline"),  # inline PTX: ptx.py
+    (r"\bmemcpy_async\b|cuda::pipeline", "memcpy_async / cuda::pipeline"),  # inline PTX: ptx.py
     (r"\bwgmma\b", "wgmma"),
     (r"\bCUtensorMap\b|cp\.async\.bulk|cuda::barrier|cuda::ptx", "TMA / cuda::barrier"),
-    (r"\bthis_grid\s*\(|\bgrid\.sync\s*\(|\bgrid_group\b|\bthis_multi_grid\b", "cooperative-groups grid sync"),
+    (r"\bthis_multi_grid\b", "cooperative-groups multi-grid sync"),
+    (r"<<<", "dynamic parallelism (a kernel launching a kernel with <<<...>>>)"),
     (r"\b__cluster_dims__\b|\bthis_cluster\b", "thread block clusters"),
 ]
 # Anything that needs every thread of a block to be a fiber.
@@ -192,58 +196,68 @@ def runtime() -> ctypes.CDLL:
     return lib
 
 
-def check_supported(source: str, shown: str) -> None:
-    """Raise EmulatorUnsupported for features the CPU cannot emulate."""
-    text = strip_comments(source)
+def check_supported(source: str, shown: str, options: tuple[str, ...] = ()) -> None:
+    """Raise EmulatorUnsupported for features the CPU cannot emulate, in the code the compiler sees (an
+    inactive `#if` branch or an unused macro may hold them)."""
+    text = cc.preprocess(source, tuple(options), True)
     for pattern, what in UNSUPPORTED:
         m = re.search(pattern, text)
         if m:
             line = text.count("\n", 0, m.start()) + 1
+            if m.group() == "<<<" and not _in_device_code(text, m.start()):
+                raise CompileError(f"{shown}:{line}: a kernel launch <<<...>>> in host code: cudl.load compiles "
+                                   "device code only (as NVRTC does); keep the kernels and launch them from "
+                                   "Python: k(grid, block, (args...))")
             raise EmulatorUnsupported(f"not supported on the CPU emulator: {what} ({shown}:{line}); "
                                       "run this cell on a GPU")
-    ptx.translate(source, shown)  # refuses inline PTX the emulator does not know, naming the instruction
+    ptx.translate(text, shown)  # refuses inline PTX the emulator does not know, naming the instruction
+
+
+def _in_device_code(text: str, pos: int) -> bool:
+    """Whether `pos` lies in the body of a __global__ or __device__ function (by the head of its outermost block)."""
+    depth, start = 0, -1
+    for i in range(pos):
+        if text[i] == "{":
+            depth += 1
+            if depth == 1:
+                start = i
+        elif text[i] == "}":
+            depth -= 1
+    if depth == 0 or start < 0:
+        return False
+    head = text[max(text.rfind(";", 0, start), text.rfind("}", 0, start)) + 1:start]
+    return bool(re.search(r"\b(__global__|__device__)\b", head))
 
 
 _EXTERN_SHARED = re.compile(
-    r"extern\s+__shared__\s+(?:__align__\s*\(\s*\w+\s*\)\s*)?(?P<type>[\w:<>,\s]+?)\s*"
-    r"(?:__align__\s*\(\s*\w+\s*\)\s*)?\b(?P<name>\w+)\s*\[\s*\]\s*;")
+    r"\bextern\s+(?P<spec>(?:(?:__shared__|__align__\s*\(\s*\w+\s*\)|alignas\s*\(\s*\w+\s*\)|"
+    r"volatile|const)\s+)*)(?P<type>[\w:<>,\s]+?)\s*(?P<spec2>(?:(?:__shared__|__align__\s*\(\s*\w+\s*\)|"
+    r"alignas\s*\(\s*\w+\s*\))\s*)*)\b(?P<name>\w+)\s*\[\s*\](?P<dims>(?:\s*\[[^\]]+\])*)\s*;")
 
 
 def rewrite(source: str, shown: str) -> str:
     """Source changes that keep every line in place: dynamic shared memory, `static __shared__`."""
-    source = ptx.translate(source, shown)  # inline PTX -> calls of include/cudl_ptx.h, lines kept
+    source = ptx.translate(source, shown, strict=False)  # inline PTX -> calls of include/cudl_ptx.h, lines kept
     text = strip_comments(source)  # find matches on the comment-free text, apply at the same offsets
     out, pos = [], 0
     for m in _EXTERN_SHARED.finditer(text):
+        if "__shared__" not in m.group("spec") + m.group("spec2") + m.group("type"):
+            continue
         depth = text.count("{", 0, m.start()) - text.count("}", 0, m.start())
-        typ, name = " ".join(m.group("type").split()), m.group("name")
+        typ = " ".join(m.group("type").replace("__shared__", " ").split())
+        vol = "volatile " if "volatile" in m.group("spec") else ""
+        name, dims = m.group("name"), "".join(m.group("dims").split())
+        ptr = f"({vol}{typ} (*){dims})" if dims else f"({vol}{typ}*)"
         if depth > 0:
-            new = f"{typ}* {name} = ({typ}*)__cudl_dynamic_smem();"
+            decl = f"{vol}{typ} (*{name}){dims}" if dims else f"{vol}{typ}* {name}"
+            new = f"{decl} = {ptr}__cudl_dynamic_smem();"
         else:  # at file scope: a macro, then restore the line number
             line = text.count("\n", 0, m.end()) + 1
-            new = f"\n#define {name} (({typ}*)__cudl_dynamic_smem())\n#line {line} \"{shown}\"\n"
+            new = f"\n#define {name} ({ptr}__cudl_dynamic_smem())\n#line {line} \"{shown}\"\n"
         out += [source[pos:m.start()], new]
         pos = m.end()
     out.append(source[pos:])
     return re.sub(r"\bstatic\s+__shared__\b", "__shared__", "".join(out))
-
-
-def _top_level_kernels(source: str) -> list[str]:
-    """Non-template kernels at file scope (others need a name expression, as with NVRTC)."""
-    text = strip_comments(source)
-    templates = _template_kernels(source)
-    out = []
-    for m in KERNEL_DECL.finditer(text):
-        if m.group(1) not in templates and text.count("{", 0, m.start()) == text.count("}", 0, m.start()):
-            out.append(m.group(1))
-    return out
-
-
-def _template_kernels(source: str) -> set[str]:
-    text = strip_comments(source)
-    return set(re.findall(r"template\s*<[^{};]*?>\s*(?:extern\s+\"C\"\s+)?(?:static\s+)?__global__\s+"
-                          r"(?:__launch_bounds__\s*\([^)]*\)\s*)?void\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?"
-                          r"(\w+)\s*\(", text))
 
 
 def fiber_kernels(source: str, kernels: list[str]) -> set[str]:
@@ -280,37 +294,107 @@ def fiber_kernels(source: str, kernels: list[str]) -> set[str]:
     return {k for k in kernels if needs & set(re.findall(r"\w+", k.split("<")[0]))}  # ns::k: "ns" or "k"
 
 
-def _flags(options: tuple[str, ...]) -> list[str]:
-    """NVRTC options that matter to g++: -D and -I (others, like --use_fast_math, are ignored)."""
-    out, it = [], iter(options)
-    for o in it:
-        if o in ("-D", "-I", "--define-macro", "--include-path"):
-            val = next(it, "")
-            out.append(("-D" if o in ("-D", "--define-macro") else "-I") + val)
-        elif o.startswith(("-D", "-I")):
-            out.append(o)
-        elif o.startswith(("--define-macro=", "--include-path=")):
-            out.append(("-D" if o.startswith("--define") else "-I") + o.split("=", 1)[1])
-    return out
+# The GPUs whose limits the emulator can enforce (CUDL_EMULATOR_DEVICE; per-block limits from cudl.occupancy's
+# table of the CUDA C++ Programming Guide). Static shared memory is at most 48 KiB on all of them (ptxas).
+DEVICES = {"T4": ("Tesla T4", "7.5", 40), "A100": ("NVIDIA A100", "8.0", 108), "H100": ("NVIDIA H100", "9.0", 132)}
+
+
+def device() -> dict[str, Any]:
+    """The limits the emulator enforces: a T4's by default (Colab's GPU), so that what runs here runs there."""
+    from ..occupancy import LIMITS
+
+    key = os.environ.get("CUDL_EMULATOR_DEVICE", "T4").upper()
+    if key not in DEVICES:
+        raise ValueError(f"CUDL_EMULATOR_DEVICE={key}: choose one of {', '.join(DEVICES)}")
+    name, cc, sms = DEVICES[key]
+    lim = LIMITS[cc]
+    return dict(name=name, cc=cc, sms=sms, max_threads_per_block=lim.max_threads_per_block,
+                max_smem_per_block_optin=lim.smem_per_block)
+
+
+# Headers the emulator provides itself: an NVRTC without CUDA's headers is no judge of sources that use them.
+_SHIMS = {p.name for p in INCLUDE.rglob("*") if p.is_file()}
+
+
+def nvrtc_check(source: str, shown: str, options: tuple[str, ...], names: tuple[str, ...]) -> dict[str, Any]:
+    """Compile with NVRTC first, as a GPU run would (CompileError with NVRTC's message when it refuses the
+    source); registers and static shared memory per kernel for sm_80. Cached on disk by content hash.
+    Returns {} where NVRTC (cuda-bindings + nvidia-cuda-nvrtc) is not installed, or CUDL_EMULATOR_NVRTC=0."""
+    if os.environ.get("CUDL_EMULATOR_NVRTC", "1") == "0":
+        return {}
+    try:
+        from cuda.bindings import nvrtc
+    except ImportError:
+        return {}
+    version = ".".join(map(str, nvrtc.nvrtcVersion()[1:]))
+    key = "\0".join([version, *cc.cuda_include_dirs(), shown, *options, "|", *names, source])
+    key = hashlib.sha256(key.encode()).hexdigest()[:32]
+    memo = cache_dir() / f"nvrtc-{key}.json"
+    if memo.is_file():
+        got = json.loads(memo.read_text())
+    else:
+        try:
+            opts = tuple(o for o in options if not o.startswith(("-arch", "--gpu-architecture")))  # ours: sm_80
+            got = {"resources": cc.nvrtc_resources(source, shown, "sm_80", opts, names)}
+        except CompileError as exc:
+            # A header missing from this machine's CUDA (not the source's fault) makes NVRTC no judge here.
+            missing = re.findall(r'^(.*?):\d+: .*cannot open source file "([^"]+)"', str(exc), re.M)
+            env = missing and all(f != shown or Path(h).name in _SHIMS for f, h in missing)
+            got = {"resources": {}} if env else {"error": str(exc)}
+        tmp = memo.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(got))
+        os.replace(tmp, memo)
+    if "error" in got:
+        raise CompileError(got["error"])
+    return got["resources"]
 
 
 def compile_module(source: str, shown: str, options: tuple[str, ...], names: tuple[str, ...]) -> Module:
+    """`names`: the kernels to launch (template instances as name expressions, e.g. `gelu<__half>`)."""
     return _compile_module(source, shown, tuple(options), tuple(names))
+
+
+# NVRTC has none of <math.h>'s macros and the prelude hides them; a -D of one of them comes back after it.
+_MATH_MACROS = ("INFINITY", "NAN", "HUGE_VALF", "HUGE_VAL")
 
 
 @functools.lru_cache(maxsize=256)
 def _compile_module(source: str, shown: str, options: tuple[str, ...], names: tuple[str, ...]) -> Module:
-    check_supported(source, shown)
-    kernels = list(dict.fromkeys(_top_level_kernels(source) + [n for n in names if "<" in n or "::" in n]))
-    entries = "\n".join(f"CUDL_ENTRY({i}, {k})" for i, k in enumerate(kernels))
-    text = ('#include "cudl_prelude.h"\n' + with_line_directive(rewrite(source, shown), shown) +
-            '\n#line 1 "<cudl entry points>"\n' + entries + "\n")
+    check_supported(source, shown, options)
+    flags = cc.define_flags(options)
+    redefine = "".join(f"#define {f[2:].partition('=')[0]} {f.partition('=')[2] or 1}\n" for f in flags
+                       if f.startswith("-D") and f[2:].partition("=")[0] in _MATH_MACROS)
+    # Entry points for every kernel at file scope the compiler sees, so that the kernels of one file share
+    # one library; should that fail, for the requested ones only.
+    decls = cc.kernel_decls(cc.preprocess(source, options, True))
+    found = [d.name for d in decls if d.template is None and d.at_file_scope]
+    qualified = {k.split("::")[-1]: k for k in found}
+    names = tuple(qualified.get(n, n) for n in names)
+    accessors = "".join(f"CUDL_GLOBAL({g})\n" for g in cc.global_vars(source, options, True))
     rt = runtime()  # load first: kernel libraries resolve __cudl_rt_* against it
-    path, log = _build(text, "", [*_pch_dir(), *_flags(options)], "kernel")
+    pch = _pch_dir()
+
+    def build(kernels: tuple[str, ...]) -> tuple[Path, str]:
+        entries = "\n".join(f"CUDL_ENTRY({i}, {k})" for i, k in enumerate(kernels))
+        text = ('#include "cudl_prelude.h"\n' + redefine + with_line_directive(rewrite(source, shown), shown) +
+                '\n#line 1 "<cudl entry points>"\n' + entries + "\n" + accessors)
+        return _build(text, "", [*pch, *flags], "kernel")
+
+    kernels = tuple(dict.fromkeys([*found, *names]))
+    with ThreadPoolExecutor(1) as pool:  # g++ builds while NVRTC checks
+        first = pool.submit(build, kernels)
+        resources = nvrtc_check(source, shown, options, names)
+        path, log = first.result()
+    if log and kernels != names:
+        kernels = names
+        path, log = build(kernels)
     if log:
-        raise CompileError(f"{shown} does not compile (g++, CPU emulator):\n" + format_log(log, source, shown))
+        raise CompileError(f"{shown} does not compile (g++, CPU emulator):\n" + format_log(log, source, shown)
+                           + cc.hints(log))
     lib = ctypes.CDLL(str(path))
-    return Module(lib, rt, shown, {k: i for i, k in enumerate(kernels)}, fiber_kernels(source, kernels))
+    index = {k: i for i, k in enumerate(kernels)}
+    index.update({k.split("::")[-1]: i for k, i in index.items() if "<" not in k})
+    return Module(lib, rt, shown, index, fiber_kernels(source, list(kernels)), resources)
 
 
 # ---------------------------------------------------------------------------- launching
@@ -377,9 +461,21 @@ def _bounds(a: np.ndarray) -> tuple[int, int]:
 class Module:
     """A compiled kernel library; `launch` is called by cudl.Kernel.__call__."""
 
-    def __init__(self, lib: ctypes.CDLL, rt: ctypes.CDLL, shown: str, index: dict[str, int], fibers: set[str]):
+    def __init__(self, lib: ctypes.CDLL, rt: ctypes.CDLL, shown: str, index: dict[str, int], fibers: set[str],
+                 resources: dict[str, Any] | None = None):
         self.lib, self.rt, self.shown, self.index, self.fibers = lib, rt, shown, index, fibers
+        self.resources = resources or {}  # kernel -> {"regs", "shared"} as NVRTC compiles it for sm_80
         self._entry_cache: dict[int, tuple[int, int, int]] = {}
+
+    def global_memory(self, name: str) -> tuple[int, int]:
+        """(address, bytes) of a `__constant__` or `__device__` variable of the module."""
+        try:
+            fn = getattr(self.lib, f"__cudl_global_{name}")
+        except AttributeError:
+            raise KeyError(f"no __constant__ or __device__ variable {name!r} at file scope of {self.shown}") from None
+        fn.restype, fn.argtypes = ctypes.c_void_p, [ctypes.POINTER(ctypes.c_ulonglong)]
+        n = ctypes.c_ulonglong()
+        return fn(ctypes.byref(n)), n.value
 
     def launch(self, name: str, grid: tuple[int, int, int], block: tuple[int, int, int], args: list[Any],
                params: list[Param], shared_mem: int = 0) -> None:
@@ -441,6 +537,8 @@ class Module:
             for gd in owned:  # writes made before a fault are kept, as on a GPU
                 gd.copy_back()
             self._flush_printf()
+            if L.status == 2 and L.msg.startswith(b"not supported on the CPU emulator"):
+                raise EmulatorUnsupported(f"{L.msg.decode()}; run this cell on a GPU")
             if L.status:
                 raise KernelFault(self._fault_message(L, name, params, args, guards))
             for k, gd in guards.items():

@@ -11,6 +11,7 @@ setp, @p guards, cvta.to.shared, cvt.u32.u64. Any other instruction raises Emula
 
 from __future__ import annotations
 
+import json
 import re
 
 from ..compile import strip_comments
@@ -25,6 +26,9 @@ MMA_SHAPES = {"m16n8k8": ("f16", "bf16"), "m16n8k16": ("f16", "bf16", "s8", "u8"
 COMPARE = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 CTYPE = {"s32": "int32_t", "u32": "uint32_t", "b32": "uint32_t", "s64": "int64_t", "u64": "uint64_t",
          "b64": "uint64_t"}
+
+
+MACRO = "a template that is not only string literals (built by a macro?)"
 
 
 class _Unsupported(Exception):
@@ -80,7 +84,7 @@ class _Asm:
     def __init__(self, inner: str):
         sections = _split(inner, ":")
         if STRING.sub("", sections[0]).strip():
-            raise _Unsupported("a template that is not only string literals (built by a macro?)")
+            raise _Unsupported(MACRO)
         self.ptx = _unescape("".join(STRING.findall(sections[0]))).replace("%%", "%")
         self.operands: list[tuple[str, str]] = []  # (constraint, C++ expression)
         self.n_out = 0
@@ -259,8 +263,11 @@ class _Asm:
                          "CUDL_MEMBAR(); } while (0)"])
 
 
-def translate(source: str, shown: str) -> str:
-    """The source with every asm statement replaced by emulator calls (raises EmulatorUnsupported)."""
+def translate(source: str, shown: str, strict: bool = True) -> str:
+    """The source with every asm statement replaced by emulator calls; raises EmulatorUnsupported for an
+    instruction it does not know. With strict=False (the raw source, whose inactive `#if` branches may hold
+    GPU-only PTX: check_supported has refused what the compiler will see) such a statement becomes a
+    static_assert with the same message instead; a template built by a macro is refused either way."""
     text = strip_comments(source)
     out, pos = [], 0
     for m in ASM.finditer(text):
@@ -274,8 +281,11 @@ def translate(source: str, shown: str) -> str:
             code = _Asm(text[m.end():end]).cpp()
         except (_Unsupported, IndexError) as exc:
             what = exc.args[0] if isinstance(exc, _Unsupported) else "operands"
-            raise EmulatorUnsupported(f"not supported on the CPU emulator: inline PTX asm: {what} "
-                                      f"({shown}:{line}); run this cell on a GPU") from None
+            msg = (f"not supported on the CPU emulator: inline PTX asm: {what} ({shown}:{line}); "
+                   "run this cell on a GPU")
+            if strict or end < 0 or what == MACRO:
+                raise EmulatorUnsupported(msg) from None
+            code = "do { static_assert(sizeof(char) == 0, " + json.dumps(msg) + "); } while (0)"
         breaks = re.findall(r"\\?[ \t]*\n", text[m.start():end + 1])  # inside a #define: keep the backslashes
         out += [source[pos:m.start()], code, "".join("\\\n" if b[0] == "\\" else "\n" for b in breaks)]
         pos = end + 1

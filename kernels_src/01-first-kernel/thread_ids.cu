@@ -1,5 +1,6 @@
-// thread_ids: the first kernel of the book. Every thread writes down who it is (its block, its place in
-// the block, and the global index it computes from them), so you can see how a launch is laid out.
+// thread_ids: the first kernel of the book. Every thread writes down who it is (its
+// block, its place in the block, and the global index it computes from them), so you can
+// see how a launch is laid out.
 // Limit: none worth measuring; it exists to be looked at.
 extern "C" __global__ void thread_ids(int* __restrict__ block, int* __restrict__ thread,
                                       int* __restrict__ index, int n) {

@@ -1,13 +1,15 @@
-// Fused bias + GELU, the epilogue of a linear layer: y[r, c] = gelu(x[r, c] + bias[c]) for a rows x cols
-// row-major matrix. Unfused (x + b, then gelu) the intermediate makes a round trip through memory:
+// Fused bias + GELU, the epilogue of a linear layer: y[r, c] = gelu(x[r, c] + bias[c])
+// for a rows x cols row-major matrix. Unfused (x + b, then gelu) the intermediate makes a
+// round trip through memory:
 // 4 passes over the matrix instead of 2, so fusing should approach 2x the unfused pair.
-// One block per row at a time (a grid-stride loop over rows), its threads stride over the row's
-// columns in 16-byte Packs as in gelu_vectorized.cu; the bias row is read by every block and stays in
-// L1/L2. When cols % (16 / sizeof(T)) != 0 the rows are not 16-byte aligned, and one element per
-// access is used instead. fp32 math, erf-form GELU.
-// Limit: memory-bound, 2 * sizeof(T) bytes per element (+ the bias once): the copy bandwidth, and
-// >= 1.7x the unfused PyTorch pair. Launch: blockDim.x a multiple of 32; any grid up to one block per
-// row (the chapter measures eight waves and one block per row, and keeps the faster).
+// One block per row at a time (a grid-stride loop over rows), its threads stride over the
+// row's columns in 16-byte Packs as in gelu_vectorized.cu; the bias row is read by every
+// block and stays in L1/L2. When cols % (16 / sizeof(T)) != 0 the rows are not 16-byte
+// aligned, and one element per access is used instead. fp32 math, erf-form GELU.
+// Limit: memory-bound, 2 * sizeof(T) bytes per element (+ the bias once): the copy
+// bandwidth, and >= 1.7x the unfused PyTorch pair. Launch: blockDim.x a multiple of 32;
+// any grid up to one block per row (the chapter measures eight waves and one block per
+// row, and keeps the faster).
 #include <cuda_fp16.h>
 
 struct bfloat16 {
@@ -16,21 +18,28 @@ struct bfloat16 {
 
 __device__ __forceinline__ float to_float(float v) { return v; }
 __device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
-__device__ __forceinline__ float to_float(bfloat16 v) { return __uint_as_float((unsigned)v.bits << 16); }
+__device__ __forceinline__ float to_float(bfloat16 v) {
+    return __uint_as_float((unsigned)v.bits << 16);
+}
 
 template <typename T> __device__ __forceinline__ T from_float(float v);
 template <> __device__ __forceinline__ float from_float<float>(float v) { return v; }
-template <> __device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
+template <> __device__ __forceinline__ __half from_float<__half>(float v) {
+    return __float2half_rn(v);
+}
 template <> __device__ __forceinline__ bfloat16 from_float<bfloat16>(float v) {
     unsigned u = __float_as_uint(v);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return bfloat16{0x7fc0};  // NaN stays a (quiet) NaN
+    // NaN stays a (quiet) NaN
+    if ((u & 0x7fffffffu) > 0x7f800000u) return bfloat16{0x7fc0};
     u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest, ties to even
     return bfloat16{(unsigned short)(u >> 16)};
 }
 
 #define SQRT_HALF 0.70710678118654752f  // 1 / sqrt(2)
 
-__device__ __forceinline__ float gelu_erf(float x) { return 0.5f * x * (1.0f + erff(x * SQRT_HALF)); }
+__device__ __forceinline__ float gelu_erf(float x) {
+    return 0.5f * x * (1.0f + erff(x * SQRT_HALF));
+}
 
 template <typename T>
 struct alignas(16) Pack {
@@ -38,7 +47,8 @@ struct alignas(16) Pack {
 };
 
 template <typename T>
-__global__ void bias_gelu_forward(const T* __restrict__ x, const T* __restrict__ bias, T* __restrict__ y,
+__global__ void bias_gelu_forward(const T* __restrict__ x, const T* __restrict__ bias,
+                                  T* __restrict__ y,
                                   int rows, int cols) {
     constexpr int V = 16 / sizeof(T);
     if (cols % V == 0) {  // every row starts on a 16-byte boundary: Packs
@@ -60,7 +70,8 @@ __global__ void bias_gelu_forward(const T* __restrict__ x, const T* __restrict__
     } else {  // odd widths: one element per access
         for (long long r = blockIdx.x; r < rows; r += gridDim.x) {
             for (int c = threadIdx.x; c < cols; c += blockDim.x) {
-                y[r * cols + c] = from_float<T>(gelu_erf(to_float(x[r * cols + c]) + to_float(bias[c])));
+                y[r * cols + c] = from_float<T>(gelu_erf(to_float(x[r * cols + c]) +
+                                                         to_float(bias[c])));
             }
         }
     }

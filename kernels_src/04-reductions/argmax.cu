@@ -1,16 +1,20 @@
-// argmax over a vector in one pass: the skeleton of reduce_6_onepass.cu with (value, index) pairs instead
-// of single floats. Ties go to the smallest index and NaN counts as larger than any number, as in
-// numpy.argmax and torch.argmax; with that rule the combine is associative and commutative, so the tree
-// can pair candidates in any order and still return the first maximum.
-// Limit: 4 bytes/element read once (the indices live in registers); expect close to version 6's bandwidth.
-// Launch: blockDim.x a multiple of 32 (<= 1024); gridDim.x <= the length of part_val and part_idx;
+// argmax over a vector in one pass: the skeleton of reduce_6_onepass.cu with (value,
+// index) pairs instead of single floats. Ties go to the smallest index and NaN counts as
+// larger than any number, as in numpy.argmax and torch.argmax; with that rule the combine
+// is associative and commutative, so the tree can pair candidates in any order and still
+// return the first maximum.
+// Limit: 4 bytes/element read once (the indices live in registers); expect close to
+// version 6's bandwidth.
+// Launch: blockDim.x a multiple of 32 (<= 1024); gridDim.x <= the length of part_val and
+// part_idx;
 // *counter must be 0 before the first launch (the last block resets it).
 
 #define WARP_SIZE 32           // lanes per warp on every NVIDIA GPU
 #define FULL_MASK 0xffffffffu  // all 32 lanes take part in each shuffle
 #define NO_INDEX 0x7fffffffffffffffLL  // larger than any index: loses every tie
 
-// Does the candidate (w, j) beat (v, i)? Larger value wins; NaN beats numbers; ties go to the smaller index.
+// Does the candidate (w, j) beat (v, i)? Larger value wins; NaN beats numbers; ties go to
+// the smaller index.
 __device__ __forceinline__ bool beats(float w, long long j, float v, long long i) {
     if (w != w) {  // w is NaN
         return v == v || j < i;
@@ -21,7 +25,8 @@ __device__ __forceinline__ bool beats(float w, long long j, float v, long long i
     return w > v || (w == v && j < i);
 }
 
-__device__ __forceinline__ void take_if_better(float& v, long long& i, float w, long long j) {
+__device__ __forceinline__ void take_if_better(float& v, long long& i, float w,
+                                               long long j) {
     if (beats(w, j, v, i)) {
         v = w;
         i = j;
@@ -36,7 +41,8 @@ __device__ __forceinline__ void warp_argmax(float& v, long long& i) {
     }
 }
 
-// Thread 0 ends with the block's best (v, i). The caller must __syncthreads() between two calls.
+// Thread 0 ends with the block's best (v, i). The caller must __syncthreads() between two
+// calls.
 __device__ __forceinline__ void block_argmax(float& v, long long& i) {
     __shared__ float warp_v[WARP_SIZE];  // at most 1024 / 32 = 32 warps
     __shared__ long long warp_i[WARP_SIZE];
@@ -55,8 +61,10 @@ __device__ __forceinline__ void block_argmax(float& v, long long& i) {
     }
 }
 
-extern "C" __global__ void argmax_onepass(const float* __restrict__ x, float* __restrict__ part_val,
-                                          long long* __restrict__ part_idx, unsigned int* __restrict__ counter,
+extern "C" __global__ void argmax_onepass(const float* __restrict__ x,
+                                          float* __restrict__ part_val,
+                                          long long* __restrict__ part_idx,
+                                                  unsigned int* __restrict__ counter,
                                           long long* __restrict__ out, long long n) {
     __shared__ bool is_last;
     const long long stride = (long long)gridDim.x * blockDim.x;
@@ -73,7 +81,8 @@ extern "C" __global__ void argmax_onepass(const float* __restrict__ x, float* __
         take_if_better(v, i, a.z, 4 * k + 2);
         take_if_better(v, i, a.w, 4 * k + 3);
     }
-    for (long long j = 4 * n4 + first; j < n; j += stride) {  // the last n % 4 floats (all if unaligned)
+    // the last n % 4 floats (all if unaligned)
+    for (long long j = 4 * n4 + first; j < n; j += stride) {
         take_if_better(v, i, x[j], j);
     }
     block_argmax(v, i);
@@ -88,7 +97,8 @@ extern "C" __global__ void argmax_onepass(const float* __restrict__ x, float* __
         return;
     }
     __threadfence();
-    const volatile float* pv = part_val;  // volatile: read what other blocks wrote, not a stale cached copy
+    // volatile: read what other blocks wrote, not a stale cached copy
+    const volatile float* pv = part_val;
     const volatile long long* pi = part_idx;
     v = -__int_as_float(0x7f800000);
     i = NO_INDEX;

@@ -1,13 +1,17 @@
-// sum and max, version 6: one pass with a last-block finish. Every block reduces its grid-stride share
-// (float4 loads, as in version 5) and writes one partial; then it takes a ticket from a global counter.
-// The block that draws the last ticket knows all other partials are written, sums them in a fixed
-// order and writes the result: one launch, no second kernel, and the same bits on every run (no
-// atomics touch the data, so the order of additions never changes).
-// The reduction is written once as a template over its operator (Sum, Max); the extern "C" kernels
-// sum_onepass and max_onepass instantiate it. Max propagates NaN, like torch.amax.
-// Limit: 4 bytes/element read once; target >= 85% of the copy bandwidth and >= torch.sum at 2^28 floats.
-// Launch: blockDim.x a multiple of 32 (<= 1024); gridDim.x <= the length of `partials`; *counter must be
-// 0 before the first launch (the last block resets it, so the same counter serves the next launch).
+// sum and max, version 6: one pass with a last-block finish. Every block reduces its
+// grid-stride share (float4 loads, as in version 5) and writes one partial; then it takes
+// a ticket from a global counter.
+// The block that draws the last ticket knows all other partials are written, sums them in
+// a fixed order and writes the result: one launch, no second kernel, and the same bits on
+// every run (no atomics touch the data, so the order of additions never changes).
+// The reduction is written once as a template over its operator (Sum, Max); the extern
+// "C" kernels sum_onepass and max_onepass instantiate it. Max propagates NaN, like
+// torch.amax.
+// Limit: 4 bytes/element read once; target >= 85% of the copy bandwidth and >= torch.sum
+// at 2^28 floats.
+// Launch: blockDim.x a multiple of 32 (<= 1024); gridDim.x <= the length of `partials`;
+// *counter must be 0 before the first launch (the last block resets it, so the same
+// counter serves the next launch).
 
 #define WARP_SIZE 32           // lanes per warp on every NVIDIA GPU
 #define FULL_MASK 0xffffffffu  // all 32 lanes take part in each shuffle
@@ -18,9 +22,12 @@ struct Sum {
 };
 
 struct Max {
-    __device__ static float identity() { return -__int_as_float(0x7f800000); }  // 0x7f800000 = +infinity
+    // 0x7f800000 = +infinity
+    __device__ static float identity() { return -__int_as_float(0x7f800000); }
     // NaN wins, as in torch.amax (fmaxf would drop it): a != a is true only for NaN.
-    __device__ static float combine(float a, float b) { return (a > b || a != a) ? a : b; }
+    __device__ static float combine(float a, float b) {
+        return (a > b || a != a) ? a : b;
+    }
 };
 
 template <class Op>
@@ -36,7 +43,8 @@ __device__ __forceinline__ float warp_reduce(float v) {
     return v;
 }
 
-// Thread 0 returns the reduction of v over the block. The caller must __syncthreads() between two calls.
+// Thread 0 returns the reduction of v over the block. The caller must __syncthreads()
+// between two calls.
 template <class Op>
 __device__ __forceinline__ float block_reduce(float v) {
     __shared__ float warp_results[WARP_SIZE];  // at most 1024 / 32 = 32 warps
@@ -63,15 +71,19 @@ __device__ __forceinline__ float thread_reduce(const float* __restrict__ x, long
     const float4* x4 = reinterpret_cast<const float4*>(x);
     float acc = Op::identity();
     long long i = first;
-    for (; i + 3 * stride < n4; i += 4 * stride) {  // four independent 16-byte loads in flight
-        float4 a = x4[i], b = x4[i + stride], c = x4[i + 2 * stride], d = x4[i + 3 * stride];
+    // four independent 16-byte loads in flight
+    for (; i + 3 * stride < n4; i += 4 * stride) {
+        float4 a = x4[i], b = x4[i + stride], c = x4[i + 2 * stride],
+                d = x4[i + 3 * stride];
         acc = Op::combine(acc, Op::combine(Op::combine(combine4<Op>(a), combine4<Op>(b)),
-                                           Op::combine(combine4<Op>(c), combine4<Op>(d))));
+                                           Op::combine(combine4<Op>(c),
+                                                       combine4<Op>(d))));
     }
     for (; i < n4; i += stride) {
         acc = Op::combine(acc, combine4<Op>(x4[i]));
     }
-    for (long long j = 4 * n4 + first; j < n; j += stride) {  // the last n % 4 floats (all if unaligned)
+    // the last n % 4 floats (all if unaligned)
+    for (long long j = 4 * n4 + first; j < n; j += stride) {
         acc = Op::combine(acc, x[j]);
     }
     return acc;
@@ -79,23 +91,28 @@ __device__ __forceinline__ float thread_reduce(const float* __restrict__ x, long
 
 template <class Op>
 __device__ void reduce_onepass(const float* __restrict__ x, float* __restrict__ partials,
-                               unsigned int* __restrict__ counter, float* __restrict__ out, long long n) {
+                               unsigned int* __restrict__ counter,
+                                       float* __restrict__ out, long long n) {
     __shared__ bool is_last;
     float acc = block_reduce<Op>(thread_reduce<Op>(x, n));
     if (threadIdx.x == 0) {
         partials[blockIdx.x] = acc;
-        __threadfence();  // the partial is visible to every block before this block's ticket is
+        // the partial is visible to every block before this block's ticket is
+        __threadfence();
         const unsigned int ticket = atomicAdd(counter, 1u);
         is_last = ticket == gridDim.x - 1;
     }
     __syncthreads();  // everyone reads is_last; also separates the two block_reduce calls
     if (!is_last) {
-        return;  // the whole block leaves together: no barrier below is skipped by part of a block
+        // the whole block leaves together: no barrier below is skipped by part of a block
+        return;
     }
     __threadfence();  // order this block's reads of the partials after the ticket it drew
-    const volatile float* p = partials;  // volatile: read what other SMs wrote (from L2), not a stale L1 copy
+    // volatile: read what other SMs wrote (from L2), not a stale L1 copy
+    const volatile float* p = partials;
     acc = Op::identity();
-    for (int b = threadIdx.x; b < gridDim.x; b += blockDim.x) {  // fixed order: deterministic result
+    // fixed order: deterministic result
+    for (int b = threadIdx.x; b < gridDim.x; b += blockDim.x) {
         acc = Op::combine(acc, p[b]);
     }
     acc = block_reduce<Op>(acc);
@@ -105,12 +122,16 @@ __device__ void reduce_onepass(const float* __restrict__ x, float* __restrict__ 
     }
 }
 
-extern "C" __global__ void sum_onepass(const float* __restrict__ x, float* __restrict__ partials,
-                                       unsigned int* __restrict__ counter, float* __restrict__ out, long long n) {
+extern "C" __global__ void sum_onepass(const float* __restrict__ x,
+                                       float* __restrict__ partials,
+                                       unsigned int* __restrict__ counter,
+                                               float* __restrict__ out, long long n) {
     reduce_onepass<Sum>(x, partials, counter, out, n);
 }
 
-extern "C" __global__ void max_onepass(const float* __restrict__ x, float* __restrict__ partials,
-                                       unsigned int* __restrict__ counter, float* __restrict__ out, long long n) {
+extern "C" __global__ void max_onepass(const float* __restrict__ x,
+                                       float* __restrict__ partials,
+                                       unsigned int* __restrict__ counter,
+                                               float* __restrict__ out, long long n) {
     reduce_onepass<Max>(x, partials, counter, out, n);
 }

@@ -1,10 +1,15 @@
-// Row-wise reductions of a rows x cols row-major matrix, as softmax and layer norm need them:
-//   row_sum_block:   one block per row (blockDim.x threads stride over the row, then a block reduction);
-//   row_sum_warp, row_max_warp, row_argmax_warp: one warp per row (blockDim.x / 32 rows per block): the
-//   32 lanes stride over the row with float4 loads and finish with 5 shuffles; no shared memory, no barrier.
-// Max propagates NaN like torch.amax; argmax returns the first maximum (NaN counts as the largest), like
-// torch.argmax. float4 loads are used when cols % 4 == 0 and the row is 16-byte aligned, else one float.
-// Limit: 4 bytes/element read once: target the copy bandwidth, >= torch.sum/amax(dim=1) at 32768 x 4096.
+// Row-wise reductions of a rows x cols row-major matrix, as softmax and layer norm need
+// them:
+// row_sum_block:   one block per row (blockDim.x threads stride over the row, then a
+// block reduction);
+// row_sum_warp, row_max_warp, row_argmax_warp: one warp per row (blockDim.x / 32 rows per
+// block): the 32 lanes stride over the row with float4 loads and finish with 5 shuffles;
+// no shared memory, no barrier.
+// Max propagates NaN like torch.amax; argmax returns the first maximum (NaN counts as the
+// largest), like torch.argmax. float4 loads are used when cols % 4 == 0 and the row is
+// 16-byte aligned, else one float.
+// Limit: 4 bytes/element read once: target the copy bandwidth, >= torch.sum/amax(dim=1)
+// at 32768 x 4096.
 // Launch: block per row: grid = rows, blockDim.x a multiple of 32; warp per row: grid =
 // ceil(rows / (blockDim.x / 32)), blockDim.x a multiple of 32.
 
@@ -18,8 +23,12 @@ struct Sum {
 };
 
 struct Max {
-    __device__ static float identity() { return -__int_as_float(0x7f800000); }  // 0x7f800000 = +infinity
-    __device__ static float combine(float a, float b) { return (a > b || a != a) ? a : b; }  // NaN wins
+    // 0x7f800000 = +infinity
+    __device__ static float identity() { return -__int_as_float(0x7f800000); }
+    // NaN wins
+    __device__ static float combine(float a, float b) {
+        return (a > b || a != a) ? a : b;
+    }
 };
 
 template <class Op>
@@ -37,27 +46,33 @@ __device__ __forceinline__ float warp_reduce(float v) {
 
 // Reduce r[first], r[first + step], ... (a thread's share of one row) in a register.
 template <class Op>
-__device__ __forceinline__ float strided_reduce(const float* __restrict__ r, int cols, int first, int step) {
-    const bool vec = cols % 4 == 0 && reinterpret_cast<unsigned long long>(r) % sizeof(float4) == 0;
+__device__ __forceinline__ float strided_reduce(const float* __restrict__ r, int cols,
+                                                int first, int step) {
+    const bool vec = cols % 4 == 0 &&
+                     reinterpret_cast<unsigned long long>(r) % sizeof(float4) == 0;
     const int c4 = vec ? cols / 4 : 0;
     const float4* r4 = reinterpret_cast<const float4*>(r);
     float acc = Op::identity();
     int k = first;
-    for (; k + 3 * step < c4; k += 4 * step) {  // four independent 16-byte loads in flight
+    // four independent 16-byte loads in flight
+    for (; k + 3 * step < c4; k += 4 * step) {
         float4 a = r4[k], b = r4[k + step], c = r4[k + 2 * step], d = r4[k + 3 * step];
         acc = Op::combine(acc, Op::combine(Op::combine(combine4<Op>(a), combine4<Op>(b)),
-                                           Op::combine(combine4<Op>(c), combine4<Op>(d))));
+                                           Op::combine(combine4<Op>(c),
+                                                       combine4<Op>(d))));
     }
     for (; k < c4; k += step) {
         acc = Op::combine(acc, combine4<Op>(r4[k]));
     }
-    for (int c = 4 * c4 + first; c < cols; c += step) {  // rows that cannot use float4 go one float at a time
+    // rows that cannot use float4 go one float at a time
+    for (int c = 4 * c4 + first; c < cols; c += step) {
         acc = Op::combine(acc, r[c]);
     }
     return acc;
 }
 
-extern "C" __global__ void row_sum_block(const float* __restrict__ x, float* __restrict__ out, int rows, int cols) {
+extern "C" __global__ void row_sum_block(const float* __restrict__ x,
+                                         float* __restrict__ out, int rows, int cols) {
     __shared__ float warp_sums[WARP_SIZE];  // at most 1024 / 32 = 32 warps
     const long long row = blockIdx.x;
     if (row >= rows) {
@@ -79,12 +94,15 @@ extern "C" __global__ void row_sum_block(const float* __restrict__ x, float* __r
 }
 
 template <class Op>
-__device__ __forceinline__ void row_reduce_warp(const float* __restrict__ x, float* __restrict__ out,
+__device__ __forceinline__ void row_reduce_warp(const float* __restrict__ x,
+                                                float* __restrict__ out,
                                                 int rows, int cols) {
     const int lane = threadIdx.x % WARP_SIZE;
-    const long long row = (long long)blockIdx.x * (blockDim.x / WARP_SIZE) + threadIdx.x / WARP_SIZE;
+    const long long row = (long long)blockIdx.x * (blockDim.x / WARP_SIZE)
+                          + threadIdx.x / WARP_SIZE;
     if (row >= rows) {
-        return;  // the whole warp leaves together, so the shuffles below always have all 32 lanes
+        // the whole warp leaves together, so the shuffles below always have all 32 lanes
+        return;
     }
     float v = warp_reduce<Op>(strided_reduce<Op>(x + row * cols, cols, lane, WARP_SIZE));
     if (lane == 0) {
@@ -92,15 +110,18 @@ __device__ __forceinline__ void row_reduce_warp(const float* __restrict__ x, flo
     }
 }
 
-extern "C" __global__ void row_sum_warp(const float* __restrict__ x, float* __restrict__ out, int rows, int cols) {
+extern "C" __global__ void row_sum_warp(const float* __restrict__ x,
+                                        float* __restrict__ out, int rows, int cols) {
     row_reduce_warp<Sum>(x, out, rows, cols);
 }
 
-extern "C" __global__ void row_max_warp(const float* __restrict__ x, float* __restrict__ out, int rows, int cols) {
+extern "C" __global__ void row_max_warp(const float* __restrict__ x,
+                                        float* __restrict__ out, int rows, int cols) {
     row_reduce_warp<Max>(x, out, rows, cols);
 }
 
-// Does the candidate (w, j) beat (v, i)? Larger value wins; NaN beats numbers; ties go to the smaller index.
+// Does the candidate (w, j) beat (v, i)? Larger value wins; NaN beats numbers; ties go to
+// the smaller index.
 __device__ __forceinline__ bool beats(float w, long long j, float v, long long i) {
     if (w != w) {
         return v == v || j < i;
@@ -111,15 +132,18 @@ __device__ __forceinline__ bool beats(float w, long long j, float v, long long i
     return w > v || (w == v && j < i);
 }
 
-extern "C" __global__ void row_argmax_warp(const float* __restrict__ x, long long* __restrict__ out, int rows,
+extern "C" __global__ void row_argmax_warp(const float* __restrict__ x,
+                                           long long* __restrict__ out, int rows,
                                            int cols) {
     const int lane = threadIdx.x % WARP_SIZE;
-    const long long row = (long long)blockIdx.x * (blockDim.x / WARP_SIZE) + threadIdx.x / WARP_SIZE;
+    const long long row = (long long)blockIdx.x * (blockDim.x / WARP_SIZE)
+                          + threadIdx.x / WARP_SIZE;
     if (row >= rows) {
         return;
     }
     const float* r = x + row * cols;
-    const bool vec = cols % 4 == 0 && reinterpret_cast<unsigned long long>(r) % sizeof(float4) == 0;
+    const bool vec = cols % 4 == 0 &&
+                     reinterpret_cast<unsigned long long>(r) % sizeof(float4) == 0;
     const int c4 = vec ? cols / 4 : 0;
     const float4* r4 = reinterpret_cast<const float4*>(r);
     float v = -__int_as_float(0x7f800000);

@@ -1,9 +1,10 @@
-// matmul_5_2d_blocktile: each thread computes a TM x TN = 8 x 8 square of C. Per step k it loads TM values
-// of A and TN values of B from shared memory into registers and does TM * TN FMAs with them (an outer
-// product): 16 shared loads for 64 FMAs instead of 72. The 128 x 128 block tile gives 32 FLOP/B of global
-// traffic, above the ridge point of every GPU here.
-// Limit: by the roofline it is compute-bound now; what remains is latency (scalar global loads, bank
-// conflicts on the shared-memory reads), which the next two kernels remove.
+// matmul_5_2d_blocktile: each thread computes a TM x TN = 8 x 8 square of C. Per step k
+// it loads TM values of A and TN values of B from shared memory into registers and does
+// TM * TN FMAs with them (an outer product): 16 shared loads for 64 FMAs instead of 72.
+// The 128 x 128 block tile gives 32 FLOP/B of global traffic, above the ridge point of
+// every GPU here.
+// Limit: by the roofline it is compute-bound now; what remains is latency (scalar global
+// loads, bank conflicts on the shared-memory reads), which the next two kernels remove.
 // Launch: block (BM * BN / (TM * TN)) = (256), grid (ceil(N / BN), ceil(M / BM)).
 
 #ifndef BM
@@ -22,19 +23,24 @@
 #define TN 8    // columns of C per thread
 #endif
 #define NUM_THREADS (BM * BN / (TM * TN))
-static_assert(NUM_THREADS % BK == 0 && BM % (NUM_THREADS / BK) == 0, "A tile loads in whole passes");
-static_assert(NUM_THREADS % BN == 0 && BK % (NUM_THREADS / BN) == 0, "B tile loads in whole passes");
+static_assert(NUM_THREADS % BK == 0 && BM % (NUM_THREADS / BK) == 0,
+              "A tile loads in whole passes");
+static_assert(NUM_THREADS % BN == 0 && BK % (NUM_THREADS / BN) == 0,
+              "B tile loads in whole passes");
 
 extern "C" __global__ void __launch_bounds__(NUM_THREADS)
-matmul_5_2d_blocktile(int M, int N, int K, const float* __restrict__ A, const float* __restrict__ B,
+matmul_5_2d_blocktile(int M, int N, int K, const float* __restrict__ A,
+                      const float* __restrict__ B,
                       float* __restrict__ C) {
     __shared__ float As[BM * BK];  // As[m * BK + k]
     __shared__ float Bs[BK * BN];  // Bs[k * BN + n]
     const int tid = threadIdx.x;
     const int rowBlock = blockIdx.y * BM, colBlock = blockIdx.x * BN;
-    // This thread's outputs: rows threadRow * TM + i, columns threadCol * TN + j of the block tile.
+    // This thread's outputs: rows threadRow * TM + i, columns threadCol * TN + j of the
+    // block tile.
     const int threadCol = tid % (BN / TN), threadRow = tid / (BN / TN);
-    // Tile loads: the block loads A_STRIDE rows of the A tile (B_STRIDE rows of B) per pass.
+    // Tile loads: the block loads A_STRIDE rows of the A tile (B_STRIDE rows of B) per
+    // pass.
     const int aRow = tid / BK, aCol = tid % BK;
     const int bRow = tid / BN, bCol = tid % BN;
     constexpr int A_STRIDE = NUM_THREADS / BK, B_STRIDE = NUM_THREADS / BN;

@@ -653,3 +653,209 @@ def test_many_blocks_grid_stride():
     out = cudl.xp.zeros(n, np.int64)
     cudl.load(CORNERS, "grid_stride_iota")(1000, 128, (out, n))
     np.testing.assert_array_equal(host(out), np.arange(n))
+
+
+# ------------------------------------------------------------------------------ the front end (issue 8)
+
+FRONTEND = r"""
+#include <cooperative_groups.h>
+#include <cooperative_groups/reduce.h>
+namespace cg = cooperative_groups;
+#define NT 128
+typedef float real;
+
+// pointer parameters written in every style, nested parentheses in __launch_bounds__, a typedef'd scalar
+extern "C" __global__ void __launch_bounds__(NT, (NT > 64 ? 4 : 2))
+axpy_styles(const real* __restrict__ x, real *const y, float *__restrict out, real a, int n) {
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x)
+        out[i] = a * x[i] + y[i];
+}
+
+#if 0
+extern "C" __global__ void inactive(int x) { this does not compile; }
+#endif
+
+// tiles of 4, 16 and 32 threads: cg::reduce with plus / greater / less, cg::sync(tile)
+extern "C" __global__ void tile_reduce(const int* __restrict__ x, int* __restrict__ out) {
+    cg::thread_block block = cg::this_thread_block();
+    auto t4 = cg::tiled_partition<4>(block);
+    auto t16 = cg::tiled_partition<16>(block);
+    cg::thread_block_tile<32> t32 = cg::tiled_partition<32>(block);
+    int i = blockIdx.x * blockDim.x + threadIdx.x, v = x[i];
+    int s4 = cg::reduce(t4, v, cg::plus<int>());
+    cg::sync(t16);
+    int m16 = cg::reduce(t16, v, cg::greater<int>());
+    int n32 = cg::reduce(t32, v, cg::less<int>());
+    out[3 * i] = s4; out[3 * i + 1] = m16; out[3 * i + 2] = n32;
+}
+
+// a tile shuffle of a 16-byte struct (wider than the 8 bytes __shfl_sync moves)
+struct Pair { double a; long long b; };
+extern "C" __global__ void wide_shuffle(const double* __restrict__ x, double* __restrict__ out) {
+    auto warp = cg::tiled_partition<32>(cg::this_thread_block());
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    Pair p{x[i], (long long)i};
+    Pair q = warp.shfl_down(p, 1);
+    out[2 * i] = q.a; out[2 * i + 1] = (double)q.b;
+}
+
+// odd lanes only: coalesced_threads() ranks and sums the active lanes; labeled_partition groups by label
+extern "C" __global__ void coalesced(const int* __restrict__ x, int* __restrict__ out) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    out[3 * i] = out[3 * i + 1] = out[3 * i + 2] = -1;
+    if (threadIdx.x % 2 == 1) {
+        cg::coalesced_group g = cg::coalesced_threads();
+        out[3 * i] = g.thread_rank();
+        out[3 * i + 1] = cg::reduce(g, x[i], cg::plus<int>());
+        cg::coalesced_group same = cg::labeled_partition(g, x[i] % 3);
+        out[3 * i + 2] = cg::reduce(same, 1, cg::plus<int>());
+    }
+}
+
+// this_grid() for its facts only (no grid.sync())
+extern "C" __global__ void grid_rank(long long* __restrict__ out) {
+    cg::grid_group grid = cg::this_grid();
+    out[grid.thread_rank()] = grid.thread_rank() + 1000 * (long long)grid.num_blocks();
+}
+
+// a 64-thread tile (above a warp): its sync orders shared memory between two warps
+extern "C" __global__ void big_tile(const float* __restrict__ x, float* __restrict__ out) {
+    __shared__ float s[128];
+    __shared__ cg::block_tile_memory<128> scratch;  // needed below sm_80 (a T4)
+    auto tile = cg::tiled_partition<64>(cg::this_thread_block(scratch));
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    s[threadIdx.x] = x[i];
+    tile.sync();
+    int base = tile.meta_group_rank() * 64;
+    out[i] = s[base + (tile.thread_rank() + 32) % 64];
+}
+
+// scans over a tile of 8, binary_partition, and a tile sized at run time (a thread_group)
+#include <cooperative_groups/scan.h>
+extern "C" __global__ void scans_and_partitions(const int* __restrict__ x, int* __restrict__ out) {
+    cg::thread_block block = cg::this_thread_block();
+    auto t8 = cg::tiled_partition<8>(block);
+    int i = blockIdx.x * blockDim.x + threadIdx.x, v = x[i];
+    out[4 * i] = cg::inclusive_scan(t8, v);
+    out[4 * i + 1] = cg::exclusive_scan(t8, v, cg::plus<int>());
+    cg::coalesced_group half = cg::binary_partition(t8, v % 2 == 0);
+    out[4 * i + 2] = cg::reduce(half, v, cg::plus<int>());
+    cg::thread_group t4 = cg::tiled_partition(block, 4);
+    t4.sync();
+    out[4 * i + 3] = t4.thread_rank() * 100 + t4.size();
+}
+
+// __constant__ and __device__ variables written and read from Python; a null pointer argument
+__constant__ float weights[5];
+__device__ unsigned int calls;
+extern "C" __global__ void weighted(const float* __restrict__ x, float* __restrict__ out, float* maybe, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float acc = 0.0f;
+    for (int k = 0; k < 5; k++) acc += weights[k] * x[(i + k) % n];
+    out[i] = acc + (maybe ? maybe[i] : 0.0f);
+    atomicAdd(&calls, 1u);
+}
+
+// 2-D dynamic shared memory, declared with the qualifiers in another order
+extern "C" __global__ void transpose_2d(const float* __restrict__ x, float* __restrict__ y) {
+    extern float __shared__ tile[][17];
+    int r = threadIdx.y, c = threadIdx.x;
+    tile[r][c] = x[r * 16 + c];
+    __syncthreads();
+    y[r * 16 + c] = tile[c][r];
+}
+"""
+
+
+def test_parameter_styles_and_typedef_scalar():
+    n = 1000
+    x, y = RNG.standard_normal(n).astype(np.float32), RNG.standard_normal(n).astype(np.float32)
+    out = dev(np.full(n, np.nan, np.float32))
+    cudl.load(FRONTEND, "axpy_styles")(4, 128, (dev(x), dev(y), out, 2.5, n))
+    np.testing.assert_allclose(host(out), 2.5 * x + y, rtol=1e-6)
+
+
+def test_cg_tile_reductions():
+    x = RNG.integers(-1000, 1000, 128).astype(np.int32)
+    out = dev(np.zeros(3 * 128, np.int32))
+    cudl.load(FRONTEND, "tile_reduce")(2, 64, (dev(x), out))
+    got = host(out).reshape(128, 3)
+    np.testing.assert_array_equal(got[:, 0], np.repeat(x.reshape(-1, 4).sum(1), 4))
+    np.testing.assert_array_equal(got[:, 1], np.repeat(x.reshape(-1, 16).max(1), 16))
+    np.testing.assert_array_equal(got[:, 2], np.repeat(x.reshape(-1, 32).min(1), 32))
+
+
+def test_cg_shuffle_of_a_16_byte_struct():
+    x = RNG.standard_normal(64)
+    out = dev(np.zeros(128))
+    cudl.load(FRONTEND, "wide_shuffle")(1, 64, (dev(x), out))
+    got = host(out).reshape(64, 2)
+    src = np.arange(64) + 1
+    src[31::32] -= 1  # the last lane of a warp keeps its own value
+    np.testing.assert_array_equal(got[:, 0], x[src])
+    np.testing.assert_array_equal(got[:, 1], src)
+
+
+def test_cg_coalesced_and_labeled_groups():
+    x = RNG.integers(0, 100, 64).astype(np.int32)
+    out = dev(np.zeros(3 * 64, np.int32))
+    cudl.load(FRONTEND, "coalesced")(1, 64, (dev(x), out))
+    got = host(out).reshape(64, 3)
+    for w in range(2):
+        lanes = np.arange(32 * w + 1, 32 * w + 32, 2)
+        np.testing.assert_array_equal(got[lanes, 0], np.arange(16))
+        np.testing.assert_array_equal(got[lanes, 1], x[lanes].sum())
+        np.testing.assert_array_equal(got[lanes, 2], [(x[lanes] % 3 == v % 3).sum() for v in x[lanes]])
+    assert (got[0::2] == -1).all()
+
+
+def test_cg_scans_and_partitions():
+    x = RNG.integers(0, 50, 64).astype(np.int32)
+    out = dev(np.zeros(4 * 64, np.int32))
+    cudl.load(FRONTEND, "scans_and_partitions")(2, 32, (dev(x), out))
+    got = host(out).reshape(64, 4)
+    tiles = x.reshape(-1, 8)
+    inc = np.cumsum(tiles, 1)
+    np.testing.assert_array_equal(got[:, 0], inc.ravel())
+    np.testing.assert_array_equal(got[:, 1], (inc - tiles).ravel())
+    even = np.where(tiles % 2 == 0, tiles, 0).sum(1, keepdims=True)
+    odd = np.where(tiles % 2 == 1, tiles, 0).sum(1, keepdims=True)
+    np.testing.assert_array_equal(got[:, 2], np.where(tiles % 2 == 0, even, odd).ravel())
+    np.testing.assert_array_equal(got[:, 3], np.arange(64) % 4 * 100 + 4)
+
+
+def test_cg_this_grid_without_sync():
+    out = dev(np.zeros(3 * 32, np.int64))
+    cudl.load(FRONTEND, "grid_rank")(3, 32, (out,))
+    np.testing.assert_array_equal(host(out), np.arange(96) + 3000)
+
+
+def test_cg_tile_of_64_threads():
+    x = RNG.standard_normal(256).astype(np.float32)
+    out = dev(np.zeros(256, np.float32))
+    cudl.load(FRONTEND, "big_tile")(2, 128, (dev(x), out))
+    idx = np.arange(256)
+    np.testing.assert_array_equal(host(out), x[idx // 64 * 64 + (idx % 64 + 32) % 64])
+
+
+def test_constant_and_device_globals_and_null_pointer():
+    k = cudl.load(FRONTEND, "weighted")
+    w = RNG.standard_normal(5).astype(np.float32)
+    k.set_global("weights", w)
+    k.get_global("calls")[...] = 0
+    n = 300
+    x = RNG.standard_normal(n).astype(np.float32)
+    out = dev(np.full(n, np.nan, np.float32))
+    k(3, 128, (dev(x), out, None, n))
+    ref = sum(w[j] * np.roll(x, -j) for j in range(5))
+    np.testing.assert_allclose(host(out), ref, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(cudl.to_numpy(k.get_global("weights")), w)
+    assert int(cudl.to_numpy(k.get_global("calls"))) == n
+
+
+def test_2d_extern_shared_array():
+    x = RNG.standard_normal(256).astype(np.float32)
+    y = dev(np.zeros(256, np.float32))
+    cudl.load(FRONTEND, "transpose_2d")(1, (16, 16), (dev(x), y), shared_mem=16 * 17 * 4)
+    np.testing.assert_array_equal(host(y), x.reshape(16, 16).T.ravel())

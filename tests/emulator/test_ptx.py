@@ -498,6 +498,29 @@ def test_warp_collective_in_divergent_code_is_a_fault():
         cudl.load(DIVERGENT, "divergent")(1, 32, (np.zeros(32, np.uint32),))
 
 
+GUARDED = r"""
+// A Hopper path behind an architecture guard: the emulator (sm_80) compiles the other branch.
+extern "C" __global__ void guarded(float* y) {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n");
+    y[threadIdx.x] = 9.0f;
+#else
+    unsigned v = threadIdx.x, r;
+    asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;" : "=r"(r) : "r"(v));
+    y[threadIdx.x] = 8.0f;
+#endif
+}
+"""
+
+
+@emulator_only
+def test_gpu_only_ptx_behind_an_arch_guard_is_fine():
+    y = np.zeros(32, np.float32)
+    cudl.load(GUARDED, "guarded")(1, 32, (y,))
+    assert (y == 8.0).all()
+
+
 @emulator_only
 def test_asm_keeps_line_numbers():
     src = ('extern "C" __global__ void k(float* x) {\n'

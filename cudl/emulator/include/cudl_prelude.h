@@ -393,6 +393,10 @@ template <class S, S F> static inline void __cudl_run_thread(void** a, const uns
     extern "C" __attribute__((visibility("default"))) void __cudl_thread_##I(void** a, const unsigned* info) { \
         __cudl_run_thread<decltype(&__VA_ARGS__), &__VA_ARGS__>(a, info); }
 extern "C" __attribute__((visibility("default"))) const void* __cudl_tid_ptr(void) { return &threadIdx; }
+// Address and size of a __constant__ / __device__ variable, for Kernel.get_global.
+#define CUDL_GLOBAL(N) \
+    extern "C" __attribute__((visibility("default"))) void* __cudl_global_##N(unsigned long long* n) { \
+        *n = sizeof(N); return (void*)&N; }
 
 // NVRTC defines none of <math.h>'s macros: hide them so a kernel that uses them fails here as it would on a GPU.
 #undef INFINITY

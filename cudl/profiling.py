@@ -1,0 +1,90 @@
+"""Reading `torch.profiler` results: the events of a trace as plain dicts, GPU time per category, and a
+timeline picture drawn with matplotlib (Perfetto and chrome://tracing show the same trace interactively).
+
+    with torch.profiler.profile(activities=[...CPU, ...CUDA]) as prof:
+        step()
+    events = cudl.profiling.trace_events(prof)
+    cudl.profiling.timeline(events, categorize=lambda name: ...)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Callable, Sequence
+from typing import Any
+
+Event = dict[str, Any]  # chrome-trace event: name, cat ('kernel', 'cpu_op', ...), ts and dur in µs
+
+
+def trace_events(prof: Any, cats: Sequence[str] = ("kernel", "cpu_op", "gpu_memcpy", "gpu_memset")) -> list[Event]:
+    """The events of a finished torch.profiler run (via its chrome trace), sorted by start time."""
+    fd, path = tempfile.mkstemp(suffix=".json", prefix="cudl-trace-")
+    os.close(fd)
+    try:
+        prof.export_chrome_trace(path)
+        with open(path) as f:
+            events = json.load(f)["traceEvents"]
+    finally:
+        os.unlink(path)
+    keep = [{k: e.get(k) for k in ("cat", "name", "ts", "dur", "tid", "pid")} for e in events
+            if e.get("cat") in cats and e.get("dur") is not None]
+    return sorted(keep, key=lambda e: e["ts"])
+
+
+def gpu_time_by(events: Sequence[Event], categorize: Callable[[str], str]) -> dict[str, float]:
+    """Total kernel time (µs) per category, largest first; `categorize` maps a kernel name to a category."""
+    out: dict[str, float] = {}
+    for e in events:
+        if e["cat"] == "kernel":
+            c = categorize(e["name"])
+            out[c] = out.get(c, 0.0) + float(e["dur"])
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+
+def timeline(events: Sequence[Event], *, categorize: Callable[[str], str], title: str = "",
+             colors: dict[str, str] | None = None, ax: Any = None) -> Any:
+    """Draw the CPU operators (top lane) and the GPU kernels (bottom lane) on one time axis in ms.
+
+    CPU operators are drawn at their nesting depth, so a top-level `aten::linear` sits above the
+    `aten::mm` it calls; kernels are coloured by `categorize(name)`.
+    """
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(10, 3.2), dpi=150)
+    if not events:
+        return ax
+    t0 = min(float(e["ts"]) for e in events)
+    cpu = [e for e in events if e["cat"] == "cpu_op"]
+    gpu = [e for e in events if e["cat"] != "cpu_op"]
+    # Nesting depth of each CPU op within its thread: count the open ops that contain it.
+    depth, open_ends = [], {}
+    for e in cpu:
+        stack = [end for end in open_ends.get(e["tid"], []) if end > e["ts"]]
+        depth.append(len(stack))
+        open_ends[e["tid"]] = stack + [e["ts"] + e["dur"]]
+    palette = colors or {}
+    default = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    cats = list(dict.fromkeys(categorize(e["name"]) for e in gpu))
+    color = {c: palette.get(c, default[i % len(default)]) for i, c in enumerate(cats)}
+    lanes = 4  # CPU nesting levels drawn; deeper ops are omitted (they are short)
+    for e, d in zip(cpu, depth):
+        if d < lanes:
+            ax.broken_barh([((e["ts"] - t0) / 1e3, e["dur"] / 1e3)], (2 + (lanes - 1 - d) * 0.5, 0.45),
+                           color="0.6", lw=0)
+    for e in gpu:
+        ax.broken_barh([((e["ts"] - t0) / 1e3, e["dur"] / 1e3)], (0, 1.6), color=color[categorize(e["name"])],
+                       lw=0.3, edgecolor="white")
+    ax.set_yticks([0.8, 2 + lanes * 0.25])
+    ax.set_yticklabels(["GPU kernels", "CPU operators"])
+    ax.set_xlabel("time since the first event (ms)")
+    ax.set_ylim(-0.2, 2 + lanes * 0.5 + 0.1)
+    if title:
+        ax.set_title(title)
+    ax.legend(handles=[Patch(color=color[c], label=c) for c in cats], loc="upper center",
+              bbox_to_anchor=(0.5, -0.3), ncol=min(4, len(cats)), frameon=False, fontsize="small")
+    ax.figure.tight_layout()
+    return ax
