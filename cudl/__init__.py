@@ -17,8 +17,9 @@ from .backend import on_gpu, require_gpu, size, sync, to_numpy
 from .bench import Timing, bench, flush_l2, sweep
 from .ceilings import DATASHEET, ceilings, datasheet
 from .check import check, compare, poisoned, randn
+from .counters import Counters, counters
 from .env import banner, device_info, glue, gpu_name, setup, show
-from .errors import CompileError, CudlError, EmulatorUnsupported, GpuOnly, KernelFault
+from .errors import CompileError, CudlError, EmulatorUnsupported, GpuOnly, KernelFault, KernelTimeout
 from .kernel import Kernel, load
 from .ncu import ncu
 from .record import load_records, record
@@ -29,6 +30,7 @@ __all__ = [
     "flush_l2", "glue", "gpu_name", "grade", "load", "load_records", "ncu", "on_gpu", "poisoned", "randn", "record",
     "require_gpu", "setup", "show", "size", "sweep", "sync", "to_numpy",
 ]
+__all__ += ["Counters", "KernelTimeout", "counters"]  # emulator checks (issue 7)
 
 
 def __getattr__(name: str):

@@ -17,5 +17,9 @@ class KernelFault(CudlError):
     """A kernel misbehaved at run time: out-of-bounds access, divergent barrier, crash."""
 
 
+class KernelTimeout(KernelFault):
+    """A launch made no progress (a spin-wait or an endless loop): stopped by the emulator's watchdog."""
+
+
 class GpuOnly(CudlError):
     """The call measures GPU performance and there is no GPU (the emulator only checks correctness)."""

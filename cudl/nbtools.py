@@ -88,17 +88,111 @@ def strip_solution(text: str) -> str:
     return "\n".join(out)
 
 
+ANSWER_CELL = "*Write your answer here.*"
+_GRADED = re.compile(r"^\s*cudl\.grade\.(\w+)\(", re.M)
+
+
+def graded_name(cell: Any) -> str | None:
+    """The grader a graded cell (`# NBVAL_CHECK_OUTPUT` + `cudl.grade.NAME(src)`) calls, else None."""
+    if cell.cell_type != "code" or CHECK_MARK not in cell.source:
+        return None
+    m = _GRADED.search(cell.source)
+    return m.group(1) if m else None
+
+
+def solution_url(slug: str) -> str:
+    """The solution notebook on the repository's web page (solutions/ are not part of the website)."""
+    import yaml
+
+    repo = yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]
+    return f"{repo['url'].rstrip('/')}/blob/{repo.get('branch', 'main')}/solutions/{slug}.ipynb"
+
+
+def _how_to_cell(slug: str) -> str:
+    return (f"**How to work here.** Write each answer in the cell below its question and each kernel "
+            f"in place of its `TODO`, then run the grader cell under it. A grader prints one line: `PASS`, or "
+            f"`FAIL`/`CRASH`/`TIMEOUT` with the first case that went wrong and a first hint; "
+            f"`cudl.grade.hint(\"NAME\", 2)` prints the next hint, and so on up to the last before the "
+            f"solution. The line under each kernel that says *Expected output* is what a right kernel prints; "
+            f"nothing below a grader cell is yours until you run it. When you are done, or stuck after the "
+            f"last hint, compare with the solutions: [solutions/{slug}.ipynb]({solution_url(slug)}).")
+
+
+def _expected_cell(name: str) -> str:
+    """The note before a graded cell: the expected verdict (from the grader), its speed target, hints."""
+    from . import grade
+
+    grade._load_all()
+    g = grade.REGISTRY[name]
+    n = len(g.cases)
+    text = f"> **Expected output** once your kernel is right: `PASS {name}: {n}/{n} cases`"
+    if g.speed:
+        case = ", ".join(f"{k}={v}" for k, v in g.speed["case"].items())
+        text += (f"  \n> **Speed target** (graded on a GPU only): on the case {case}, at most "
+                 f"{g.speed['factor']:g}× the time of the solution's kernel on the same GPU; a correct but "
+                 f"slower kernel gets `SLOW`.")
+    if len(g.hints) > 1:
+        text += (f"  \n> **Hints**: a `FAIL` line gives the first of {len(g.hints)}; "
+                 f"`cudl.grade.hint(\"{name}\", 2)` prints the second.")
+    return text
+
+
+def _new_markdown(text: str, after: Any) -> Any:
+    """A generated markdown cell whose id derives from its neighbour's, so that regenerating is a no-op."""
+    import nbformat
+
+    cell = nbformat.v4.new_markdown_cell(text)
+    key = after.get("id") or hashlib.sha256(after.source.encode()).hexdigest()
+    cell["id"] = hashlib.sha256(f"{key}:{text}".encode()).hexdigest()[:8]
+    return cell
+
+
+def _with_answer_cells(cell: Any) -> list[Any]:
+    """A markdown cell with theory answers, split after each answer, which becomes an answer cell."""
+    out, chunk = [], []
+
+    def flush(answered: bool) -> None:
+        text = strip_solution("\n".join(chunk)).strip()
+        if text:
+            part = cell if not out else _new_markdown(text, out[-1])
+            part.source = text
+            out.append(part)
+        if answered:
+            out.append(_new_markdown(ANSWER_CELL, out[-1] if out else cell))
+        chunk.clear()
+
+    for line in cell.source.splitlines():
+        chunk.append(line)
+        if _END.match(line):
+            flush(answered=True)
+    flush(answered=False)
+    return out
+
+
 def exercise_from_solution(sol: Any) -> Any:
-    """The exercise notebook: stubs instead of solutions; only the checked PASS lines kept as outputs."""
+    """The exercise notebook: stubs instead of solutions, an answer cell after every theory question, the
+    expected verdict (and speed target, hints) before every graded cell, a link to the solutions, and no
+    outputs at all: whatever is printed under a cell is the student's own run."""
+    slug = sol.metadata.get("cudl", {}).get("slug", "")
     ex = copy.deepcopy(sol)
-    for cell in ex.cells:
+    cells = []
+    for i, cell in enumerate(ex.cells):
+        if cell.cell_type == "markdown" and any(_BEGIN.match(line) for line in cell.source.splitlines()):
+            cells.extend(_with_answer_cells(cell))
+            continue
         cell.source = strip_solution(cell.source)
         if cell.cell_type == "code":
-            if CHECK_MARK not in cell.source:
-                cell.outputs = []
-                cell.execution_count = None
+            cell.outputs = []
+            cell.execution_count = None
+            name = graded_name(cell)
+            if name:
+                cells.append(_new_markdown(_expected_cell(name), cell))
+        cells.append(cell)
+        if i == 0 and cell.cell_type == "markdown":
+            cells.append(_new_markdown(_how_to_cell(slug), cell))
+    ex.cells = cells
     ex.metadata.pop("jupytext", None)
-    ex.metadata["cudl"] = {"generated_from": f"solutions/{sol.metadata.get('cudl', {}).get('slug', '')}"}
+    ex.metadata["cudl"] = {"generated_from": f"solutions/{slug}"}
     return ex
 
 

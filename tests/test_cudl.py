@@ -180,18 +180,20 @@ def test_strip_solution_keeps_stub():
     assert nbtools.strip_solution("<!-- BEGIN SOLUTION -->\nanswer\n<!-- END SOLUTION -->\nq") == "q"
 
 
-def test_exercise_keeps_only_checked_outputs():
+def test_exercise_keeps_no_outputs_and_labels_the_expected_verdict():
     import nbformat
 
     nb = nbformat.v4.new_notebook()
     keep = nbformat.v4.new_code_cell("# NBVAL_CHECK_OUTPUT\ncudl.grade.saxpy(src)")
-    keep.outputs = [nbformat.v4.new_output("stream", text="PASS saxpy: 5/5 cases\n")]
+    keep.outputs = [nbformat.v4.new_output("stream", text="PASS saxpy: 6/6 cases\n")]
     drop = nbformat.v4.new_code_cell("src = '''\n// BEGIN SOLUTION\nx\n// END SOLUTION\n'''")
     drop.outputs = [nbformat.v4.new_output("stream", text="noise\n")]
     nb.cells = [drop, keep]
     ex = nbtools.exercise_from_solution(nb)
     assert ex.cells[0].outputs == [] and "x" not in ex.cells[0].source.splitlines()
-    assert ex.cells[1].outputs[0]["text"].startswith("PASS")
+    assert ex.cells[1].cell_type == "markdown" and "Expected output" in ex.cells[1].source
+    assert "`PASS saxpy: 6/6 cases`" in ex.cells[1].source
+    assert ex.cells[2].outputs == [] and ex.cells[2].execution_count is None
 
 
 def test_code_hash_follows_code_and_kernels(tmp_path, monkeypatch):

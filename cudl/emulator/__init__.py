@@ -36,7 +36,7 @@ import numpy as np
 
 from .. import compile as cc
 from ..compile import Param, format_log, strip_comments, with_line_directive
-from ..errors import CompileError, EmulatorUnsupported, KernelFault
+from ..errors import CompileError, EmulatorUnsupported, KernelFault, KernelTimeout
 from . import ptx
 
 HERE = Path(__file__).resolve().parent
@@ -374,11 +374,13 @@ def _compile_module(source: str, shown: str, options: tuple[str, ...], names: tu
     rt = runtime()  # load first: kernel libraries resolve __cudl_rt_* against it
     pch = _pch_dir()
 
-    def build(kernels: tuple[str, ...]) -> tuple[Path, str]:
+    def text_for(kernels: tuple[str, ...]) -> str:
         entries = "\n".join(f"CUDL_ENTRY({i}, {k})" for i, k in enumerate(kernels))
-        text = ('#include "cudl_prelude.h"\n' + redefine + with_line_directive(rewrite(source, shown), shown) +
+        return ('#include "cudl_prelude.h"\n' + redefine + with_line_directive(rewrite(source, shown), shown) +
                 '\n#line 1 "<cudl entry points>"\n' + entries + "\n" + accessors)
-        return _build(text, "", [*pch, *flags], "kernel")
+
+    def build(kernels: tuple[str, ...]) -> tuple[Path, str]:
+        return _build(text_for(kernels), "", [*pch, *flags], "kernel")
 
     kernels = tuple(dict.fromkeys([*found, *names]))
     with ThreadPoolExecutor(1) as pool:  # g++ builds while NVRTC checks
@@ -394,7 +396,9 @@ def _compile_module(source: str, shown: str, options: tuple[str, ...], names: tu
     lib = ctypes.CDLL(str(path))
     index = {k: i for i, k in enumerate(kernels)}
     index.update({k.split("::")[-1]: i for k, i in index.items() if "<" not in k})
-    return Module(lib, rt, shown, index, fiber_kernels(source, list(kernels)), resources)
+    mod = Module(lib, rt, shown, index, fiber_kernels(source, list(kernels)), resources)
+    mod._check_inputs = (text_for(kernels), flags, source)  # for the instrumented build ("checks" below)
+    return mod
 
 
 # ---------------------------------------------------------------------------- launching
@@ -516,8 +520,9 @@ class Module:
                     v = np.ascontiguousarray(v)
                 keep.append(v)
                 argv[k] = ctypes.addressof(v) if isinstance(v, ctypes.c_void_p) else v.ctypes.data
+            mode = checks_mode()
             L = _Launch()
-            L.block_fn, L.thread_fn, L.tid_ptr = self._entries(i)
+            L.block_fn, L.thread_fn, L.tid_ptr = self._entries(i) if not mode else self._checked_entries(i)
             L.args = argv
             L.grid[:], L.block[:] = grid, block
             L.shared_mem = int(shared_mem)
@@ -525,13 +530,16 @@ class Module:
             L.workers = _workers()
             L.stack_size = int(os.environ.get("CUDL_EMULATOR_STACK", 64 * 1024))
             L.stack_size = (L.stack_size + 4095) // 4096 * 4096
+            ck = _checks_begin(self, mode, params, args, guards, shared_mem)
             self._run(L)
             if L.status == 6:  # a barrier the source scan did not see: run again, every thread a fiber
                 self.fibers.add(name)
                 for gd in owned:
                     gd.refill()
                 L.fibers = 1
+                _checks_begin(self, mode, params, args, guards, shared_mem)
                 self._run(L)
+            _checks_end(self, ck, mode, L, name)
             if L.status == 7:  # interrupted: Python raises KeyboardInterrupt at its next check
                 return
             for gd in owned:  # writes made before a fault are kept, as on a GPU
@@ -540,7 +548,8 @@ class Module:
             if L.status == 2 and L.msg.startswith(b"not supported on the CPU emulator"):
                 raise EmulatorUnsupported(f"{L.msg.decode()}; run this cell on a GPU")
             if L.status:
-                raise KernelFault(self._fault_message(L, name, params, args, guards))
+                raise (KernelTimeout if L.status == 9 else KernelFault)(
+                    self._fault_message(L, name, params, args, guards))
             for k, gd in guards.items():
                 side = gd.slack_written()
                 if side:
@@ -578,8 +587,10 @@ class Module:
         where = f"in {name} ({self.shown})"
         if L.status == 2:
             return f"{L.msg.decode(errors='replace')}, in {who} {where}"
-        if L.status == 4:
+        if L.status in (4, 9):  # 9: the watchdog (KernelTimeout)
             return f"{L.msg.decode(errors='replace')}, in {name} ({self.shown})"
+        if L.status == 8:
+            return _race_message(self, L, name, params, args)
         if L.status == 3:
             return (f"stack overflow of {who} {where}: large local arrays or deep recursion? "
                     "(kernels with barriers or warp primitives get CUDL_EMULATOR_STACK bytes per thread, "
@@ -607,3 +618,303 @@ class Module:
         if addr < 65536:
             return f"invalid {rw} at address {addr:#x} (a null pointer?) by {who} {where}"
         return f"invalid {rw} at address {addr:#x} (not inside any argument array) by {who} {where}"
+
+
+# ---------------------------------------------------------------------------- checks: races and counters
+# Check mode builds a second, instrumented library of the same source (g++ -fsanitize=thread: a call before
+# every load, store and atomic), whose hooks live in runtime.cpp, and runs it on one worker thread.
+# CUDL_EMULATOR_RACECHECK=1 turns the race check on for every launch; cudl.counters turns counting on for
+# one launch. The normal, uninstrumented library and its speed are unchanged.
+
+CHECK_FLAGS = ["-fsanitize=thread", "--param=tsan-instrument-func-entry-exit=0", "-g1"]
+RACES, COUNTERS = 1, 2
+_FORCED_MODE = 0  # bits set by cudl.counters while it launches
+_KEEP: list[Any] = []  # the ctypes structures the runtime points at during a launch
+_WARNED: set[tuple[str, str]] = set()
+_LAST_COUNTS: dict[str, Any] = {}
+
+
+class _Checks(ctypes.Structure):
+    _fields_ = [
+        ("mode", ctypes.c_int), ("nregions", ctypes.c_int), ("regions", ctypes.POINTER(ctypes.c_longlong)),
+        ("race", ctypes.c_int), ("region", ctypes.c_int), ("offset", ctypes.c_ulonglong),
+        ("blk", ctypes.c_ulonglong * 2), ("tid", ctypes.c_uint * 2), ("pc", ctypes.c_uint * 2),
+        ("write", ctypes.c_uint * 2), ("atomic", ctypes.c_uint * 2),
+    ]
+
+
+class _Agg(ctypes.Structure):
+    _fields_ = [(f, ctypes.c_ulonglong) for f in ("pc", "kind", "write", "requests", "units", "ideal", "lanes")]
+
+
+def checks_mode() -> int:
+    """The checks of the next launch: RACES when CUDL_EMULATOR_RACECHECK is set (not 0), | COUNTERS in
+    cudl.counters."""
+    mode = _FORCED_MODE
+    if os.environ.get("CUDL_EMULATOR_RACECHECK", "").strip() not in ("", "0"):
+        mode |= RACES
+    return mode
+
+
+def _build_checked(text: str, flags: list[str]) -> Path:
+    """The instrumented library: compiled with -fsanitize=thread, linked without its runtime (our hooks)."""
+    key = hashlib.sha256("\0".join([_compiler_id(), _prelude_hash(), " ".join(cxxflags()), "checked",
+                                    " ".join(CHECK_FLAGS + flags), text]).encode()).hexdigest()[:32]
+    out = cache_dir() / f"checked-{key}.so"
+    if out.is_file():
+        return out
+    with tempfile.TemporaryDirectory(prefix="cudl-emu-") as tmp:
+        src, obj, so = Path(tmp) / "kernel.cpp", Path(tmp) / "kernel.o", Path(tmp) / "kernel.so"
+        src.write_text(text)
+        cflags = [f for f in cxxflags() if f != "-shared"]
+        check = CHECK_FLAGS if "clang" not in _compiler_id() else [
+            "-fsanitize=thread", "-mllvm", "-tsan-instrument-func-entry-exit=0", "-gline-tables-only"]
+        for cmd in ([CXX, *cflags, *check, *flags, f"-I{INCLUDE}", "-c", str(src), "-o", str(obj)],
+                    [CXX, "-shared", "-fPIC", str(obj), "-o", str(so)]):
+            proc = subprocess.run(cmd, capture_output=True, text=True)
+            if proc.returncode != 0:
+                raise EmulatorUnsupported("the emulator's race check / counters cannot build this kernel "
+                                          f"(g++ -fsanitize=thread):\n{proc.stderr[-2000:]}")
+        fd, tmp_out = tempfile.mkstemp(dir=out.parent, prefix=out.name, suffix=".tmp")
+        os.close(fd)
+        Path(tmp_out).write_bytes(so.read_bytes())
+        os.chmod(tmp_out, 0o644)
+        os.replace(tmp_out, out)
+    return out
+
+
+def _checked_entries(self: Module, i: int) -> tuple[int, int, int]:
+    """Entry points of kernel i in the instrumented library (built on first use). If this compiler cannot
+    build it, warn once and run the normal build: the launch goes on without checks."""
+    if getattr(self, "_checks_broken", None):
+        return self._entries(i)
+    if getattr(self, "_checked_lib", None) is None:
+        text, flags, _ = self._check_inputs
+        try:
+            self._checked_path = _build_checked(text, flags)
+            self._checked_lib = ctypes.CDLL(str(self._checked_path))
+        except (EmulatorUnsupported, OSError) as exc:
+            import warnings
+
+            self._checks_broken = str(exc)
+            warnings.warn(f"{exc}\nthe launch runs without the race check / counters", stacklevel=4)
+            return self._entries(i)
+        self._checked_cache = {}
+    if i not in self._checked_cache:
+        self._checked_cache[i] = tuple(ctypes.cast(getattr(self._checked_lib, sym), ctypes.c_void_p).value
+                                       for sym in (f"__cudl_block_{i}", f"__cudl_thread_{i}", "__cudl_tid_ptr"))
+    return self._checked_cache[i]
+
+
+Module._checked_entries = _checked_entries
+
+
+@functools.lru_cache(maxsize=1)
+def _prelude_tls_names() -> frozenset[str]:
+    """Names of the prelude's own thread_local variables (threadIdx, ...): not __shared__ memory."""
+    names = set()
+    for f in INCLUDE.rglob("*"):
+        if f.is_file():
+            names |= set(re.findall(r"\bthread_local\s+[^;(){}]*?\b(\w+)\s*(?:\[[^\]]*\]\s*)*(?:=[^;]*)?;",
+                                    f.read_text(errors="replace")))
+    return frozenset(names | {"threadIdx", "blockIdx", "blockDim", "gridDim"})
+
+
+def _elf_symbols(mod: Module) -> list[tuple[str, int, int, str]]:
+    """(TLS or OBJECT, value, bytes, short demangled name) of the instrumented library's variables."""
+    if getattr(mod, "_elf_syms", None) is not None:
+        return mod._elf_syms
+    syms: list[tuple[str, int, int, str]] = []
+    try:
+        out = subprocess.run(["readelf", "-sW", str(mod._checked_path)], capture_output=True, text=True).stdout
+        raw = []
+        for line in out.splitlines():
+            f = line.split()
+            if len(f) >= 8 and f[3] in ("TLS", "OBJECT") and f[6] != "UND" and int(f[2], 0) > 0:
+                raw.append((f[3], int(f[1], 16), int(f[2], 0), f[7]))
+        dem = subprocess.run(["c++filt"], input="\n".join(r[3] for r in raw), capture_output=True,
+                             text=True).stdout.splitlines()
+        if len(dem) == len(raw):
+            syms = [(k, v, n, re.sub(r"<.*>", "", d).split("::")[-1].strip()) for (k, v, n, _), d in zip(raw, dem)
+                    if not d.startswith(("guard variable", "vtable", "typeinfo", "_")) and "." not in d]
+    except OSError:  # no binutils: shared memory and __device__ variables go unchecked
+        pass
+    mod._elf_syms = syms
+    return syms
+
+
+def _shared_symbols(mod: Module) -> list[tuple[str, int, int]]:
+    """(name, offset from threadIdx, bytes) of every __shared__ variable of the instrumented library."""
+    tls = [(v, n, s) for k, v, n, s in _elf_symbols(mod) if k == "TLS"]
+    base = next((v for v, _, s in tls if s == "threadIdx"), None)
+    if base is None:
+        return []
+    skip = _prelude_tls_names()
+    return [(s, v - base, n) for v, n, s in tls if s not in skip]
+
+
+def _device_symbols(mod: Module) -> list[tuple[str, int, int]]:
+    """(name, offset from the library's load address, bytes) of __device__ / __constant__ variables."""
+    return [(s, v, n) for k, v, n, s in _elf_symbols(mod) if k == "OBJECT"]
+
+
+def _checks_begin(mod: Module, mode: int, params: list[Param], args: list[Any], guards: dict[int, Any],
+                  shared_mem: int) -> _Checks | None:
+    if not mode or getattr(mod, "_checks_broken", None):
+        return None
+    regions: list[int] = []
+    for k, gd in guards.items():
+        lo = gd.ptr(args[k])
+        regions += [lo, lo + args[k].nbytes, args[k].itemsize, k, 0]
+    for j, (_, off, size) in enumerate(_shared_symbols(mod)):
+        regions += [off, off + size, 1, 1000 + j, 1]
+    if shared_mem:
+        regions += [0, int(shared_mem), 1, 999, 2]
+    for j, (_, off, size) in enumerate(_device_symbols(mod)):
+        regions += [off, off + size, 1, 2000 + j, 3]
+    arr = (ctypes.c_longlong * max(1, len(regions)))(*regions)
+    C = _Checks()
+    C.mode, C.nregions, C.regions = mode, len(regions) // 5, arr
+    _KEEP[:] = [C, arr]
+    mod.rt.cudl_checks_set.argtypes = [ctypes.c_void_p]
+    mod.rt.cudl_checks_set(ctypes.addressof(C))
+    mod._last_ck = C
+    return C
+
+
+def _checks_end(mod: Module, ck: _Checks | None, mode: int, L: _Launch, name: str) -> None:
+    if ck is not None:
+        mod.rt.cudl_checks_set(None)
+        if mode & COUNTERS:
+            _collect_counts(mod, L, name)
+    buf = ctypes.create_string_buffer(1024)
+    n = mod.rt.cudl_take_warning(buf, 1024)
+    if n and (mod.shown, name) not in _WARNED:
+        import warnings
+
+        _WARNED.add((mod.shown, name))
+        warnings.warn(f"{buf.raw[:n].decode(errors='replace')} ({name} in {mod.shown})", stacklevel=4)
+
+
+def _source_lines(path: Path, pcs: list[int], shown: str) -> list[str]:
+    """file:line of each code offset (the innermost frame outside the emulator's include/), via addr2line."""
+    if not pcs:
+        return []
+    try:
+        out = subprocess.run(["addr2line", "-e", str(path), "-i", "-a", *[hex(pc) for pc in pcs]],
+                             capture_output=True, text=True).stdout
+    except OSError:
+        return ["?"] * len(pcs)
+    frames: list[list[str]] = []
+    for line in out.splitlines():
+        if line.startswith("0x"):
+            frames.append([])
+        elif frames:
+            frames[-1].append(line.split(" (discriminator")[0].strip())
+    res = []
+    for fr in frames:
+        pick = next((f for f in fr if not f.startswith("??") and str(INCLUDE) not in f), fr[0] if fr else "?")
+        file, _, ln = pick.rpartition(":")
+        if file.endswith(shown):
+            file = shown
+        elif str(INCLUDE) in file:
+            file = Path(file).name
+        res.append(f"{file}:{ln}")
+    return res + ["?"] * (len(pcs) - len(res))
+
+
+_CTYPE_BYTES = {"float": 4, "int": 4, "unsigned": 4, "unsigned int": 4, "double": 8, "__half": 2, "half": 2,
+                "__nv_bfloat16": 2, "char": 1, "unsigned char": 1, "bool": 1, "short": 2, "long long": 8,
+                "unsigned long long": 8, "float2": 8, "float4": 16, "int2": 8, "int4": 16, "__half2": 4,
+                "uint32_t": 4, "int32_t": 4, "uint8_t": 1, "int8_t": 1}
+
+
+def _decl(source: str, name: str, qualifier: str = "__shared__") -> tuple[int, int]:
+    """(element bytes or 0, number of dimensions) of `__shared__ T name[...]` (or another qualifier)."""
+    m = re.search(r"(?:" + qualifier + r")\s+(?:__align__\s*\(\s*\w+\s*\)\s*)?([\w\s]+?)\s+" + re.escape(name) +
+                  r"\s*((?:\[[^\]]*\]\s*)*)", strip_comments(source))
+    if not m:
+        return 0, 1
+    typ = " ".join(m.group(1).replace("const", "").replace("volatile", "").split())
+    return _CTYPE_BYTES.get(typ, 0), m.group(2).count("[")
+
+
+def _race_message(mod: Module, L: _Launch, name: str, params: list[Param], args: list[Any]) -> str:
+    C = mod._last_ck
+    src = mod._check_inputs[2]
+    if C.region < 999:
+        p, a = params[C.region], args[C.region]
+        what = f"{p.name}[{C.offset // a.itemsize}] (global memory, argument {p.name})"
+    elif C.region >= 2000:
+        var = _device_symbols(mod)[C.region - 2000][0]
+        size, dims = _decl(src, var, r"__device__|__constant__|__managed__")
+        what = (f"{var} (__device__ variable)" if size and not dims else
+                f"{var}[{C.offset // size}] (__device__ variable)" if size else
+                f"byte {C.offset} of {var} (__device__ variable)")
+    else:
+        if C.region == 999:
+            var, off = "dynamic shared memory (extern __shared__)", C.offset
+            m = re.search(r"extern\s+__shared__\s+(?:__align__\s*\(\s*\w+\s*\)\s*)?([\w\s]+?)\s+(\w+)\s*\[\s*\]",
+                          strip_comments(src))
+            if m:
+                var = m.group(2)
+        else:
+            var, off, _ = _shared_symbols(mod)[C.region - 1000][0], C.offset, 0
+        size, dims = _decl(src, var) if C.region != 999 or var[0].isalpha() else (0, 1)
+        if size and dims == 0:
+            what = f"{var} (shared memory)"
+        elif size and dims == 1:
+            what = f"{var}[{off // size}] (shared memory)"
+        elif size:
+            what = f"{var}, element {off // size} in row-major order (shared memory)"
+        else:
+            what = f"byte {off} of {var} (shared memory)"
+    lines = _source_lines(mod._checked_path, [C.pc[0], C.pc[1]], mod.shown)
+    bx, by = L.block[0], L.block[1]
+    gx, gy = L.grid[0], L.grid[1]
+
+    def who(k: int) -> str:
+        t, b = C.tid[k], C.blk[k]
+        return (f"thread ({t % bx},{t // bx % by},{t // (bx * by)}) of block "
+                f"({b % gx},{b // gx % gy},{b // (gx * gy)})")
+
+    def kind(k: int) -> str:
+        return "atomic operation" if C.atomic[k] else "write" if C.write[k] else "read"
+
+    if lines[0] == lines[1] and C.write[0] != C.write[1]:
+        why = ("a read-modify-write of one element by several threads (+= is a read, then a write): use "
+               "atomicAdd, or reduce within the block first")
+    elif C.blk[0] != C.blk[1]:
+        why = ("two blocks touch the same element without atomics, and nothing orders blocks: use atomicAdd, "
+               "or give each block its own elements")
+    elif C.tid[0] // 32 == C.tid[1] // 32:
+        why = "threads of one warp, with no __syncwarp() or __syncthreads() between the two accesses"
+    else:
+        why = "no __syncthreads() between the two accesses"
+    return (f"data race on {what}: {kind(0)} by {who(0)} at {lines[0]}, then {kind(1)} by {who(1)} at "
+            f"{lines[1]}; {why} (race check of the CPU emulator), in {name} ({mod.shown})")
+
+
+def _collect_counts(mod: Module, L: _Launch, name: str) -> None:
+    rt = mod.rt
+    rt.cudl_counters_rows.restype = ctypes.c_size_t
+    rt.cudl_counters_threads.restype = ctypes.c_size_t
+    n = rt.cudl_counters_rows(None, ctypes.c_size_t(0))
+    rows = (_Agg * max(1, n))()
+    rt.cudl_counters_rows(rows, ctypes.c_size_t(n))
+    nt = rt.cudl_counters_threads(None, ctypes.c_size_t(0))
+    per_thread = np.zeros(nt, np.uint32)
+    if nt:
+        rt.cudl_counters_threads(ctypes.c_void_p(per_thread.ctypes.data), ctypes.c_size_t(nt))
+    lines = _source_lines(mod._checked_path, [rows[k].pc for k in range(n)], mod.shown)
+    _LAST_COUNTS.clear()
+    _LAST_COUNTS.update(
+        kernel=name, shown=mod.shown, grid=tuple(L.grid), block=tuple(L.block), per_thread=per_thread,
+        rows=[dict(line=lines[k], space="shared" if rows[k].kind else "global",
+                   op="store" if rows[k].write else "load", requests=rows[k].requests, units=rows[k].units,
+                   ideal=rows[k].ideal, lanes=rows[k].lanes) for k in range(n)])
+
+
+def last_counts() -> dict[str, Any]:
+    """Raw counters of the last launch run with COUNTERS (cudl.counters builds its table from them)."""
+    return dict(_LAST_COUNTS)

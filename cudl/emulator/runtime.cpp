@@ -15,7 +15,13 @@
 #define _XOPEN_SOURCE 700
 #endif
 #endif
+#include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <tuple>
+#include <unordered_map>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -28,6 +34,7 @@
 #include <cstring>
 #include <ctime>
 #include <sys/mman.h>
+#include <dlfcn.h>
 #include <pthread.h>
 #include <unistd.h>
 #ifdef CUDL_UC
@@ -52,7 +59,8 @@ struct cudl_launch {              // filled by Python (ctypes structure of the s
     int status;                   // 0 ok, 1 memory fault at addr, 2 message about a thread, 3 stack overflow,
                                   // 4 message about a block (barrier / warp deadlock),
                                   // 5 dynamic shared memory overflow (addr = byte offset, signed),
-                                  // 6 kernel needs fibers (relaunched by Python), 7 interrupted (SIGINT)
+                                  // 6 kernel needs fibers (relaunched by Python), 7 interrupted (SIGINT),
+                                  // 8 data race (race check), 9 no progress (watchdog; message in msg)
     int is_write;                 // 1 write, 0 read, -1 unknown
     unsigned long long addr;
     unsigned tid[3], bid[3];
@@ -157,6 +165,7 @@ struct Fiber {
     unsigned mask;
     uint64_t val, result;
     const char* opname;
+    unsigned wclk;  // warp-sync clock (race checks): raised past every lane's clock at each warp rendezvous
 #ifdef CUDL_UC
     ucontext_t uc;
 #endif
@@ -186,7 +195,15 @@ struct Worker {
     sigjmp_buf jmp;
     bool in_kernel = false;
     std::string error;  // barrier / warp errors found by the scheduler
+    // Watchdog (read by the monitor thread without locks: a changing value means progress).
+    std::atomic<unsigned long long> progress{0};
+    std::atomic<unsigned long long> blin{0};  // linear index of the block being run
+    unsigned epoch = 0;                       // barriers completed by this block (race checks)
+    struct CheckState* ck = nullptr;          // race checks / counters (check mode only)
 };
+static inline void bump(std::atomic<unsigned long long>& c) {  // single writer: a plain increment
+    c.store(c.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+}
 static thread_local Worker* t_w = nullptr;
 EXPORT void* cudl_guarded_alloc(size_t nbytes, void** map_base, size_t* map_len);
 EXPORT void __cudl_rt_trap(const char* what, const char* file, int line) __attribute__((noreturn));
@@ -194,6 +211,9 @@ EXPORT void __cudl_rt_trap(const char* what, const char* file, int line) __attri
 static std::atomic<unsigned long long> g_next_block;
 static std::atomic<int> g_abort;
 static std::atomic<int> g_cancel;  // set by cudl_cancel()
+static std::atomic<int> g_wd_fired;  // the watchdog stopped the launch (its report is in L)
+static std::mutex g_warn_mu;
+static std::string g_warning;  // one warning of the launch (barriers met at different lines), for Python
 static std::mutex g_result_mu;
 static std::mutex g_printf_mu;
 static std::string g_printf;
@@ -320,6 +340,7 @@ static Fiber* next_runnable(Worker* w, unsigned from) {
     return nullptr;
 }
 static void to_scheduler(Worker* w, Fiber* f) {
+    bump(w->progress);
     Fiber* nx = g_abort.load(std::memory_order_relaxed) ? nullptr : next_runnable(w, f->lin + 1);
     w->cur = nx;
 #ifndef CUDL_UC
@@ -460,9 +481,11 @@ static bool resolve_warps(Worker* w, unsigned n) {
             }
             if (!ok) continue;
             uint64_t res[32];
-            for (unsigned k = 0; k < nl; k++) if ((g >> k) & 1) res[k] = warp_result(base, nl, g, k);
+            unsigned clk = 0;
             for (unsigned k = 0; k < nl; k++)
-                if ((g >> k) & 1) { base[k].result = res[k]; base[k].state = RUN; }
+                if ((g >> k) & 1) { res[k] = warp_result(base, nl, g, k); clk = base[k].wclk > clk ? base[k].wclk : clk; }
+            for (unsigned k = 0; k < nl; k++)
+                if ((g >> k) & 1) { base[k].result = res[k]; base[k].state = RUN; base[k].wclk = clk + 1; }
             handled |= g;
             progress = true;
         }
@@ -524,12 +547,39 @@ static std::string stuck_message(Worker* w, unsigned n) {
     return buf;
 }
 
+// Threads of a block met at __syncthreads() calls on different lines. GPUs since Volta count arrivals at
+// barrier 0 whatever the call site, so the block goes on; the programming guide still calls a barrier in
+// divergent code undefined, so Python shows this once per launch as a warning.
+static void note_split_barrier(Worker* w, unsigned n) {
+    Fiber& f0 = w->fibers[0];
+    const Fiber* other = nullptr;
+    for (unsigned i = 1; i < n && !other; i++)
+        if (w->fibers[i].line != f0.line || strcmp(w->fibers[i].file, f0.file)) other = &w->fibers[i];
+    if (!other) return;
+    std::lock_guard<std::mutex> g(g_warn_mu);
+    if (!g_warning.empty()) return;
+    char buf[600];
+    snprintf(buf, sizeof buf, "threads of block (%u,%u,%u) met at different __syncthreads() calls (%s:%d and "
+             "%s:%d); the emulator lets them pass, as GPUs since Volta do, but CUDA calls a barrier in "
+             "divergent code undefined: give both halves one shared __syncthreads()", w->bid[0], w->bid[1],
+             w->bid[2], f0.file, f0.line, other->file, other->line);
+    g_warning = buf;
+}
+EXPORT size_t cudl_take_warning(char* out, size_t cap) {
+    std::lock_guard<std::mutex> g(g_warn_mu);
+    size_t n = g_warning.size() < cap ? g_warning.size() : cap;
+    memcpy(out, g_warning.data(), n);
+    g_warning.clear();
+    return n;
+}
+
 // Run one block with every thread as a fiber; false on a barrier/warp error (message in w->error).
 static bool run_block_fibers(Worker* w, unsigned n) {
     for (unsigned i = 0; i < n; i++) {
         Fiber& f = w->fibers[i];
         f.state = RUN;
         f.lin = i;
+        f.wclk = 0;
         start_fiber(w, &f);
     }
     for (;;) {
@@ -549,7 +599,9 @@ static bool run_block_fibers(Worker* w, unsigned n) {
             for (unsigned i = 1; i < n && same; i++)
                 same = w->fibers[i].line == f0.line &&
                        (w->fibers[i].file == f0.file || !strcmp(w->fibers[i].file, f0.file));
-            if (same) {
+            if (!same) note_split_barrier(w, n);  // allowed, as on Volta and newer GPUs; Python warns once
+            {
+                w->epoch++;
                 unsigned count = 0;
                 for (unsigned i = 0; i < n; i++) count += (unsigned)w->fibers[i].val;
                 for (unsigned i = 0; i < n; i++) {
@@ -640,7 +692,7 @@ EXPORT int __cudl_printf(const char* fmt, ...) {
         }
     }
     if (w) w->in_kernel = was;
-    if (was && g_cancel.load(std::memory_order_relaxed)) {  // cancelled while formatting: leave now
+    if (was && (g_cancel.load(std::memory_order_relaxed) || g_wd_fired.load(std::memory_order_relaxed))) {  // cancelled while formatting: leave now
         w->in_kernel = false;
         siglongjmp(w->jmp, 1);
     }
@@ -660,8 +712,366 @@ EXPORT size_t cudl_printf_pending(void) {
     return g_printf.size();
 }
 
+// ------------------------------------------------------------------ checks: races and counters
+// Only kernel libraries built for check mode (-fsanitize=thread, see _checked_library in __init__.py) call
+// the __tsan_* hooks below: g++ puts a call before every load and store (address, size) and turns every
+// atomic into a call. Nothing here runs for the normal, uninstrumented libraries. Check mode runs one
+// worker thread, so the shadow state needs no locks.
+struct cudl_checks {                    // filled by Python (ctypes structure of the same layout)
+    int mode;                           // bit 0: races, bit 1: counters
+    int nregions;
+    const long long* regions;           // 5 values per region: start, end, granule, id, base (0: absolute
+                                        // addresses, 1: offsets from &threadIdx, 2: from dynamic shared memory,
+                                        // 3: from the kernel library's load address: __device__ variables)
+    // the race found (race = 1): the earlier access [0] and the later one [1]
+    int race, region;
+    unsigned long long offset;          // byte offset of the shadow cell in the region
+    unsigned long long blk[2];
+    unsigned tid[2], pc[2], write[2], atomic[2];
+};
+
+struct Acc { uint32_t blk, epoch, wclk, t, pc; uint16_t tid, flags; };  // flags: 1 valid, 2 atomic, 4 write
+struct Cell { Acc w, r1, r2; };  // last write, two reads since it
+struct Region { uintptr_t lo, hi; uint32_t gran; int id; bool shared; Cell* shadow; size_t ncells, maplen; };
+struct ReqKey {
+    uint32_t warp, pc, k;
+    bool operator==(const ReqKey& o) const { return warp == o.warp && pc == o.pc && k == o.k; }
+};
+struct ReqHash {
+    size_t operator()(const ReqKey& k) const { return ((size_t)k.pc * 0x9E3779B97F4A7C15ull) ^ ((size_t)k.k << 20) ^ k.warp; }
+};
+struct Req { uint8_t kind, write, n; uintptr_t addr[32]; uint16_t size[32]; };
+struct Agg { unsigned long long pc, kind, write, requests, units, ideal, lanes; };  // units: sectors / wavefronts
+struct CheckState {
+    std::vector<Region> regs;
+    uintptr_t mod_base = 0;
+    unsigned nthreads = 0;
+    std::vector<std::unordered_map<uint32_t, uint32_t>> kcount;  // per thread: pc -> dynamic count
+    std::unordered_map<ReqKey, Req, ReqHash> reqs;
+    uint32_t last_warp = ~0u;
+};
+static cudl_checks* g_ck = nullptr;
+static uint32_t g_T = 1;                                  // logical time, advanced at releases and acquires
+static std::vector<uint32_t> g_rel, g_acq;                // per block: time of its last release / acquire
+static std::vector<uint8_t> g_pend_rel, g_pend_acq;       // a fence waiting for an atomic, and the reverse
+static std::map<std::tuple<uint32_t, int, int>, Agg> g_aggs;  // counters per (pc, kind, write)
+static std::vector<uint32_t> g_thread_acc;                // counters: accesses per thread of the grid
+static const size_t THREAD_COUNT_LIMIT = 1u << 24;
+
+static void ck_leave_if_stopped(Worker* w) {
+    w->in_kernel = true;
+    if (g_cancel.load(std::memory_order_relaxed) || g_wd_fired.load(std::memory_order_relaxed)) {
+        w->in_kernel = false;
+        siglongjmp(w->jmp, 1);
+    }
+}
+
+// Accesses by different blocks are never ordered, except through a release (a __threadfence() and then an
+// atomic, by the earlier block) and an acquire (an atomic and then a __threadfence(), by the later one).
+static inline bool ck_concurrent(const Acc& a, const Acc& me, bool shared) {
+    if (!(a.flags & 1)) return false;
+    if (a.blk != me.blk) {
+        if (shared) return false;  // another block's shared memory: gone
+        uint32_t rel = g_rel[a.blk];
+        return !(rel > a.t && g_acq[me.blk] >= rel);
+    }
+    if (a.tid == me.tid || a.epoch != me.epoch) return false;  // same thread, or a barrier between them
+    if ((a.tid >> 5) == (me.tid >> 5) && a.wclk < me.wclk) return false;  // a warp rendezvous between them
+    return true;
+}
+// Not a conflict: two atomics, or an atomic and a plain read (the compare-and-swap idiom reads *p plainly,
+// then retries if an atomic changed it; the CUDA guide's own atomicAdd for double does this).
+static inline bool ck_conflict(const Acc& a, const Acc& me, bool shared) {
+    const bool a_at = a.flags & 2, me_at = me.flags & 2, a_rd = !(a.flags & 4), me_rd = !(me.flags & 4);
+    if ((a_at && me_at) || (a_at && me_rd) || (me_at && a_rd)) return false;
+    return ck_concurrent(a, me, shared);
+}
+
+static void ck_race(Worker* w, Region* r, size_t cell, const Acc& old, const Acc& me, uintptr_t addr) {
+    cudl_checks* C = g_ck;
+    C->race = 1;
+    C->region = r->id;
+    C->offset = (unsigned long long)cell * r->gran;
+    const Acc* a[2] = {&old, &me};
+    for (int i = 0; i < 2; i++) {
+        C->blk[i] = a[i]->blk;
+        C->tid[i] = a[i]->tid;
+        C->pc[i] = a[i]->pc;
+        C->write[i] = (a[i]->flags & 4) != 0;
+        C->atomic[i] = (a[i]->flags & 2) != 0;
+    }
+    report(w, 8, "", addr, me.flags & 4 ? 1 : 0);
+    w->in_kernel = false;
+    siglongjmp(w->jmp, 1);
+}
+
+static void ck_check_race(Worker* w, Region* r, uintptr_t a, size_t size, const Acc& me) {
+    size_t first = (a - r->lo) / r->gran, last = (a + size - 1 - r->lo) / r->gran;
+    if (last >= r->ncells) last = r->ncells - 1;
+    const bool write = me.flags & 4, sh = r->shared;
+    for (size_t i = first; i <= last; i++) {
+        Cell& c = r->shadow[i];
+        if (ck_conflict(c.w, me, sh)) ck_race(w, r, i, c.w, me, a);
+        if (write) {
+            if (ck_conflict(c.r1, me, sh)) ck_race(w, r, i, c.r1, me, a);
+            if (ck_conflict(c.r2, me, sh)) ck_race(w, r, i, c.r2, me, a);
+            // An atomic after this thread's own plain write in the same epoch keeps the plain write on record:
+            // other threads' atomics that follow race with it (`*total = 0` then atomicAdd by everyone).
+            const bool keep = (me.flags & 2) && (c.w.flags & 1) && !(c.w.flags & 2) && c.w.blk == me.blk &&
+                              c.w.epoch == me.epoch;
+            if (!keep) c.w = me;
+            c.r1.flags = c.r2.flags = 0;
+        } else {
+            auto free_slot = [&](const Acc& x) {
+                return !(x.flags & 1) || (x.blk == me.blk && (x.tid == me.tid || x.epoch < me.epoch)) ||
+                       (sh && x.blk != me.blk);
+            };
+            if (free_slot(c.r1)) c.r1 = me;
+            else if (free_slot(c.r2)) c.r2 = me;  // else two other threads' reads stay on record
+        }
+    }
+}
+
+// Group the accesses of a warp into requests: the k-th access at one call site by each lane.
+static void ck_flush(CheckState* c) {
+    for (auto& kv : c->reqs) {
+        const Req& q = kv.second;
+        if (!q.n) continue;
+        unsigned long long units = 0, ideal = 0;
+        uintptr_t v[32 * 5];
+        unsigned m = 0;
+        if (q.kind == 0) {  // global: distinct 32-byte sectors; ideal = sectors of the distinct bytes
+            std::pair<uintptr_t, uintptr_t> iv[32];
+            for (unsigned l = 0; l < q.n; l++) {
+                iv[l] = {q.addr[l], q.addr[l] + q.size[l]};
+                for (uintptr_t s = q.addr[l] >> 5; s <= (q.addr[l] + q.size[l] - 1) >> 5 && m < 32 * 5; s++) v[m++] = s;
+            }
+            std::sort(v, v + m);
+            units = std::unique(v, v + m) - v;
+            std::sort(iv, iv + q.n);
+            uintptr_t bytes = 0, end = 0;
+            for (unsigned l = 0; l < q.n; l++) {
+                uintptr_t lo = iv[l].first > end ? iv[l].first : end;
+                if (iv[l].second > lo) bytes += iv[l].second - lo;
+                if (iv[l].second > end) end = iv[l].second;
+            }
+            ideal = (bytes + 31) / 32;
+        } else {  // shared: 32 banks of 4-byte words; wavefronts = most distinct words in one bank
+            for (unsigned l = 0; l < q.n; l++)
+                for (uintptr_t s = q.addr[l] >> 2; s <= (q.addr[l] + q.size[l] - 1) >> 2 && m < 32 * 5; s++) v[m++] = s;
+            std::sort(v, v + m);
+            unsigned nw = (unsigned)(std::unique(v, v + m) - v), per_bank[32] = {0}, most = 0;
+            for (unsigned i = 0; i < nw; i++) {
+                unsigned b = (unsigned)(v[i] & 31);
+                if (++per_bank[b] > most) most = per_bank[b];
+            }
+            units = most;
+            ideal = (nw + 31) / 32;
+        }
+        Agg& g = g_aggs[std::make_tuple(kv.first.pc, (int)q.kind, (int)q.write)];
+        g.pc = kv.first.pc; g.kind = q.kind; g.write = q.write;
+        g.requests++; g.units += units; g.ideal += ideal; g.lanes += q.n;
+    }
+    c->reqs.clear();
+}
+
+static void ck_count(Worker* w, CheckState* c, Region* r, uintptr_t a, size_t size, int write, int atomic,
+                     uint32_t tid, uint32_t pc) {
+    unsigned long long gt = w->blin.load(std::memory_order_relaxed) * c->nthreads + tid;
+    if (gt < g_thread_acc.size()) g_thread_acc[gt]++;
+    if (atomic) return;  // atomics are counted per thread, not as requests
+    uint32_t warp = tid >> 5;
+    w->in_kernel = false;  // the maps allocate: no cancelling inside malloc
+    if (!w->cur && warp != c->last_warp) {  // plain loop: the previous warp is complete
+        ck_flush(c);
+        c->last_warp = warp;
+    }
+    uint32_t k = c->kcount[tid][pc]++;
+    Req& q = c->reqs[ReqKey{warp, pc, k}];
+    if (q.n == 0) { q.kind = r->shared; q.write = (uint8_t)write; }
+    if (q.n < 32) { q.addr[q.n] = a; q.size[q.n] = (uint16_t)(size > 65535 ? 65535 : size); q.n++; }
+    ck_leave_if_stopped(w);
+}
+
+static inline void ck_access(const volatile void* p, size_t size, int write, int atomic, void* ret) {
+    Worker* w = t_w;
+    if (!w || !w->ck || !w->in_kernel || !size) return;
+    CheckState* c = w->ck;
+    uintptr_t a = (uintptr_t)p;
+    Region* r = nullptr;
+    for (auto& x : c->regs)
+        if (a >= x.lo && a < x.hi) { r = &x; break; }
+    if (!r) return;  // locals, and memory the checks do not track
+    uint32_t tid, wclk = 0;
+    if (w->cur) {
+        tid = w->cur->lin;
+        wclk = w->cur->wclk;
+    } else {
+        const unsigned* t = w->tid_plain;
+        tid = t[0] + w->L->block[0] * (t[1] + w->L->block[1] * t[2]);
+    }
+    uint32_t pc = (uint32_t)((uintptr_t)ret - 1 - c->mod_base);
+    if (g_ck->mode & 2) ck_count(w, c, r, a, size, write, atomic, tid, pc);
+    if (g_ck->mode & 1) {
+        Acc me{(uint32_t)w->blin.load(std::memory_order_relaxed), w->epoch, wclk, g_T, pc, (uint16_t)tid,
+               (uint16_t)(1 | (atomic ? 2 : 0) | (write ? 4 : 0))};
+        ck_check_race(w, r, a, size, me);
+    }
+}
+
+// Release (fence, then atomic) and acquire (atomic, then fence), per block.
+static inline void ck_atomic(const volatile void* p, size_t size, int write, void* ret) {
+    ck_access(p, size, write, 1, ret);
+    Worker* w = t_w;
+    if (!w || !w->ck || !g_rel.size()) return;
+    size_t b = w->blin.load(std::memory_order_relaxed);
+    if (g_pend_rel[b]) { g_rel[b] = ++g_T; g_pend_rel[b] = 0; }
+    g_pend_acq[b] = 1;
+}
+static inline void ck_fence() {
+    Worker* w = t_w;
+    if (!w || !w->ck || !g_rel.size()) return;
+    size_t b = w->blin.load(std::memory_order_relaxed);
+    g_pend_rel[b] = 1;
+    if (g_pend_acq[b]) { g_acq[b] = ++g_T; g_pend_acq[b] = 0; }
+}
+
+#define RA __builtin_return_address(0)
+#define CK_RW(N) \
+    EXPORT void __tsan_read##N(void* p) { ck_access(p, N, 0, 0, RA); } \
+    EXPORT void __tsan_write##N(void* p) { ck_access(p, N, 1, 0, RA); } \
+    EXPORT void __tsan_unaligned_read##N(void* p) { ck_access(p, N, 0, 0, RA); } \
+    EXPORT void __tsan_unaligned_write##N(void* p) { ck_access(p, N, 1, 0, RA); } \
+    EXPORT void __tsan_volatile_read##N(void* p) { ck_access(p, N, 0, 0, RA); } \
+    EXPORT void __tsan_volatile_write##N(void* p) { ck_access(p, N, 1, 0, RA); }
+CK_RW(1) CK_RW(2) CK_RW(4) CK_RW(8) CK_RW(16)
+#undef CK_RW
+EXPORT void __tsan_read_range(void* p, size_t n) { ck_access(p, n, 0, 0, RA); }
+EXPORT void __tsan_write_range(void* p, size_t n) { ck_access(p, n, 1, 0, RA); }
+EXPORT void __tsan_init(void) {}
+EXPORT void __tsan_func_entry(void*) {}
+EXPORT void __tsan_func_exit(void) {}
+EXPORT void __tsan_vptr_update(void**, void*) {}
+EXPORT void __tsan_vptr_read(void**) {}
+EXPORT void __tsan_atomic_thread_fence(int) { __atomic_thread_fence(__ATOMIC_SEQ_CST); ck_fence(); }
+EXPORT void __tsan_atomic_signal_fence(int) { __atomic_signal_fence(__ATOMIC_SEQ_CST); }
+#define CK_ATOMIC(N, T) \
+    EXPORT T __tsan_atomic##N##_load(const volatile T* a, int) { \
+        ck_atomic(a, sizeof(T), 0, RA); return __atomic_load_n(a, __ATOMIC_SEQ_CST); } \
+    EXPORT void __tsan_atomic##N##_store(volatile T* a, T v, int) { \
+        ck_atomic(a, sizeof(T), 1, RA); __atomic_store_n(a, v, __ATOMIC_SEQ_CST); } \
+    EXPORT T __tsan_atomic##N##_exchange(volatile T* a, T v, int) { \
+        ck_atomic(a, sizeof(T), 1, RA); return __atomic_exchange_n(a, v, __ATOMIC_SEQ_CST); } \
+    EXPORT T __tsan_atomic##N##_fetch_add(volatile T* a, T v, int) { \
+        ck_atomic(a, sizeof(T), 1, RA); return __atomic_fetch_add(a, v, __ATOMIC_SEQ_CST); } \
+    EXPORT T __tsan_atomic##N##_fetch_sub(volatile T* a, T v, int) { \
+        ck_atomic(a, sizeof(T), 1, RA); return __atomic_fetch_sub(a, v, __ATOMIC_SEQ_CST); } \
+    EXPORT T __tsan_atomic##N##_fetch_and(volatile T* a, T v, int) { \
+        ck_atomic(a, sizeof(T), 1, RA); return __atomic_fetch_and(a, v, __ATOMIC_SEQ_CST); } \
+    EXPORT T __tsan_atomic##N##_fetch_or(volatile T* a, T v, int) { \
+        ck_atomic(a, sizeof(T), 1, RA); return __atomic_fetch_or(a, v, __ATOMIC_SEQ_CST); } \
+    EXPORT T __tsan_atomic##N##_fetch_xor(volatile T* a, T v, int) { \
+        ck_atomic(a, sizeof(T), 1, RA); return __atomic_fetch_xor(a, v, __ATOMIC_SEQ_CST); } \
+    EXPORT T __tsan_atomic##N##_fetch_nand(volatile T* a, T v, int) { \
+        ck_atomic(a, sizeof(T), 1, RA); return __atomic_fetch_nand(a, v, __ATOMIC_SEQ_CST); } \
+    EXPORT int __tsan_atomic##N##_compare_exchange_strong(volatile T* a, T* c, T v, int, int) { \
+        ck_atomic(a, sizeof(T), 1, RA); \
+        return __atomic_compare_exchange_n(a, c, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST); } \
+    EXPORT int __tsan_atomic##N##_compare_exchange_weak(volatile T* a, T* c, T v, int, int) { \
+        ck_atomic(a, sizeof(T), 1, RA); \
+        return __atomic_compare_exchange_n(a, c, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST); } \
+    EXPORT T __tsan_atomic##N##_compare_exchange_val(volatile T* a, T c, T v, int, int) { \
+        ck_atomic(a, sizeof(T), 1, RA); \
+        __atomic_compare_exchange_n(a, &c, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST); return c; }
+CK_ATOMIC(8, uint8_t) CK_ATOMIC(16, uint16_t) CK_ATOMIC(32, uint32_t) CK_ATOMIC(64, uint64_t)
+#undef CK_ATOMIC
+#undef RA
+
+static void ck_worker_begin(Worker* w) {
+    cudl_checks* C = g_ck;
+    if (!C || !C->mode) return;
+    CheckState* c = new CheckState;
+    Dl_info info;
+    if (dladdr((void*)w->L->block_fn, &info)) c->mod_base = (uintptr_t)info.dli_fbase;
+    c->nthreads = w->L->block[0] * w->L->block[1] * w->L->block[2];
+    c->kcount.resize(C->mode & 2 ? c->nthreads : 0);
+    for (int i = 0; i < C->nregions; i++) {
+        const long long* v = C->regions + 5 * i;
+        uintptr_t base = v[4] == 1 ? (uintptr_t)w->tid_plain : v[4] == 2 ? (uintptr_t)w->dsmem
+                       : v[4] == 3 ? c->mod_base : 0;
+        Region r{};
+        r.lo = base + v[0];
+        r.hi = base + v[1];
+        r.gran = v[2] > 0 ? (uint32_t)v[2] : 1;
+        r.id = (int)v[3];
+        r.shared = v[4] == 1 || v[4] == 2;  // __device__ variables (3) live as long as global memory
+        if (r.hi <= r.lo) continue;
+        r.ncells = (r.hi - r.lo + r.gran - 1) / r.gran;
+        if (C->mode & 1) {
+            r.maplen = (r.ncells * sizeof(Cell) + g_page - 1) / g_page * g_page;
+            void* m = mmap(nullptr, r.maplen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+            if (m == MAP_FAILED) continue;
+            r.shadow = (Cell*)m;
+        }
+        c->regs.push_back(r);
+    }
+    w->ck = c;
+}
+static void ck_block_begin(Worker* w) {
+    CheckState* c = w->ck;
+    if (!c) return;
+    for (auto& m : c->kcount) m.clear();
+    c->last_warp = ~0u;
+}
+static void ck_block_end(Worker* w) {
+    if (w->ck) ck_flush(w->ck);
+}
+static void ck_worker_end(Worker* w) {
+    CheckState* c = w->ck;
+    if (!c) return;
+    for (auto& r : c->regs)
+        if (r.shadow) munmap(r.shadow, r.maplen);
+    delete c;
+    w->ck = nullptr;
+}
+static void ck_launch_begin(cudl_launch* L) {
+    g_aggs.clear();
+    g_thread_acc.clear();
+    g_rel.clear(); g_acq.clear(); g_pend_rel.clear(); g_pend_acq.clear();
+    g_T = 1;
+    if (!g_ck || !g_ck->mode) return;
+    g_ck->race = 0;
+    unsigned long long nb = (unsigned long long)L->grid[0] * L->grid[1] * L->grid[2];
+    unsigned long long nt = nb * L->block[0] * L->block[1] * L->block[2];
+    g_rel.assign(nb, 0); g_acq.assign(nb, 0); g_pend_rel.assign(nb, 0); g_pend_acq.assign(nb, 0);
+    if ((g_ck->mode & 2) && nt <= THREAD_COUNT_LIMIT) g_thread_acc.assign(nt, 0);
+}
+
+// Python: set (or clear, with NULL) the checks of the next launches; read the counters of the last one.
+EXPORT void cudl_checks_set(cudl_checks* C) { g_ck = C; }
+EXPORT size_t cudl_counters_rows(Agg* out, size_t cap) {
+    size_t n = 0;
+    for (auto& kv : g_aggs) {
+        if (n < cap) out[n] = kv.second;
+        n++;
+    }
+    return n;
+}
+EXPORT size_t cudl_counters_threads(uint32_t* out, size_t cap) {
+    size_t n = g_thread_acc.size() < cap ? g_thread_acc.size() : cap;
+    if (out) memcpy(out, g_thread_acc.data(), n * sizeof(uint32_t));
+    return g_thread_acc.size();
+}
+
 // ------------------------------------------------------------------ the launch
-static void worker_main(cudl_launch* L) {
+static const int MAX_WORKERS = 512;
+static std::mutex g_wk_mu;
+static Worker* g_wk[MAX_WORKERS];  // the running launch's workers, for the watchdog
+static std::atomic<int> g_live;
+static std::mutex g_live_mu;
+static std::condition_variable g_live_cv;  // the last worker to leave wakes the watchdog
+
+static void worker_main(cudl_launch* L, int index) {
     Worker w;
     w.L = L;
     w.stack_top = (unsigned long long)__builtin_frame_address(0);
@@ -687,6 +1097,11 @@ static void worker_main(cudl_launch* L) {
         if (!w.stacks.base) report(&w, 2, "cannot allocate fiber stacks (out of memory)", 0, -1);
     }
     w.tid_plain = L->tid_ptr ? (const unsigned*)L->tid_ptr() : nullptr;
+    ck_worker_begin(&w);
+    {
+        std::lock_guard<std::mutex> g(g_wk_mu);
+        g_wk[index] = &w;
+    }
     for (;;) {
         if (g_abort.load(std::memory_order_relaxed)) break;
         unsigned long long b = g_next_block.fetch_add(1);
@@ -699,6 +1114,9 @@ static void worker_main(cudl_launch* L) {
         memcpy(info + 3, L->block, 12);
         memcpy(info + 6, L->grid, 12);
         info[9] = info[10] = info[11] = 0;
+        w.blin.store(b, std::memory_order_relaxed);
+        w.epoch = 0;
+        ck_block_begin(&w);
         if (sigsetjmp(w.jmp, 1)) { w.cur = nullptr; break; }  // a fault: report() has the details
         w.in_kernel = true;
         if (!L->fibers) {
@@ -709,8 +1127,19 @@ static void worker_main(cudl_launch* L) {
             break;
         }
         w.in_kernel = false;
+        ck_block_end(&w);
+        bump(w.progress);
     }
     w.in_kernel = false;
+    {
+        std::lock_guard<std::mutex> g(g_wk_mu);
+        g_wk[index] = nullptr;
+    }
+    if (g_live.fetch_sub(1) == 1) {
+        std::lock_guard<std::mutex> g(g_live_mu);
+        g_live_cv.notify_all();
+    }
+    ck_worker_end(&w);
     give_stacks(&w);
     if (ds_base) munmap(ds_base, ds_len);
     stack_t dis{};
@@ -722,11 +1151,83 @@ static void worker_main(cudl_launch* L) {
 
 // Worker threads of the running launch, for cancelling (read by a signal handler: a fixed array).
 EXPORT void cudl_cancel(void);
-static const int MAX_WORKERS = 512;
 static pthread_t g_pool[MAX_WORKERS];
 static std::atomic<int> g_pool_n;
 static std::mutex g_launch_mu;
 static void on_sigint(int) { cudl_cancel(); }  // Ctrl-C during a launch from Python's main thread  // one launch at a time per process (block counter and abort flag are global)
+
+// Watchdog: wait for the workers; when none of them moves on (no fiber switch, no finished block, no new
+// thread in the plain loop) for CUDL_EMULATOR_WATCHDOG seconds (default 10, 0: never), stop the launch with
+// a report. A spin-wait on a flag that another thread of the block must set never ends here, because the
+// threads of a block run one at a time between barriers and warp operations.
+static double watchdog_seconds() {
+    const char* e = getenv("CUDL_EMULATOR_WATCHDOG");
+    if (!e || !*e) return 10.0;
+    double v = atof(e);
+    return v > 0 ? v : 0.0;
+}
+EXPORT double cudl_watchdog_seconds(void) { return watchdog_seconds(); }
+static unsigned long long signature(Worker* w) {
+    unsigned long long h = w->progress.load(std::memory_order_relaxed) * 0x9E3779B97F4A7C15ull;
+    h ^= w->blin.load(std::memory_order_relaxed) * 0xC2B2AE3D27D4EB4Full;
+    if (!w->cur && w->tid_plain) {
+        const volatile unsigned* t = w->tid_plain;
+        h ^= ((unsigned long long)t[0] << 1) ^ ((unsigned long long)t[1] << 21) ^ ((unsigned long long)t[2] << 41);
+    }
+    return h;
+}
+static void watch(cudl_launch* L) {
+    const double limit = watchdog_seconds();
+    unsigned long long last = 0;
+    double still = 0, since_fire = -1;
+    const double tick = 0.05;
+    for (;;) {
+        {
+            std::unique_lock<std::mutex> lk(g_live_mu);
+            if (g_live_cv.wait_for(lk, std::chrono::milliseconds(50), [] { return g_live.load() == 0; })) return;
+        }
+        if (limit <= 0) continue;
+        std::lock_guard<std::mutex> g(g_wk_mu);
+        if (since_fire >= 0) {  // fired: nudge workers that have not left yet (e.g. were in printf)
+            since_fire += tick;
+            if (since_fire > 1.0) {
+                for (int i = 0, n = g_pool_n.load(); i < n; i++) if (g_wk[i]) pthread_kill(g_pool[i], SIGUSR2);
+                since_fire = 0;
+            }
+            continue;
+        }
+        unsigned long long sig = 0;
+        for (int i = 0, n = g_pool_n.load(); i < n; i++)
+            if (g_wk[i]) sig = sig * 31 + signature(g_wk[i]);
+        if (sig != last) { last = sig; still = 0; continue; }
+        still += tick;
+        if (still < limit) continue;
+        Worker* w = nullptr;
+        for (int i = 0, n = g_pool_n.load(); i < n && !w; i++) w = g_wk[i];
+        if (!w) continue;
+        {
+            std::lock_guard<std::mutex> r(g_result_mu);
+            if (!L->status) {
+                unsigned t[3];
+                tid_of(w, t);
+                unsigned long long b = w->blin.load(std::memory_order_relaxed);
+                unsigned bx = (unsigned)(b % L->grid[0]), by = (unsigned)((b / L->grid[0]) % L->grid[1]);
+                unsigned bz = (unsigned)(b / ((unsigned long long)L->grid[0] * L->grid[1]));
+                L->status = 9;
+                snprintf(L->msg, sizeof L->msg, "no progress for %g s (thread (%u,%u,%u) of block (%u,%u,%u) "
+                         "neither finished nor reached a barrier): a spin-wait for a value that another thread "
+                         "must write, or an endless loop? The emulator runs the threads of a block one at a time "
+                         "between barriers and warp operations, so such a wait never ends here (on a GPU it may "
+                         "hang too). Stopped by the emulator's watchdog (CUDL_EMULATOR_WATCHDOG=seconds, 0: off)",
+                         limit, t[0], t[1], t[2], bx, by, bz);
+            }
+        }
+        g_wd_fired.store(1);
+        g_abort.store(1);
+        for (int i = 0, n = g_pool_n.load(); i < n; i++) if (g_wk[i]) pthread_kill(g_pool[i], SIGUSR2);
+        since_fire = 0;
+    }
+}
 
 EXPORT void cudl_launch_kernel(cudl_launch* L) {
     std::lock_guard<std::mutex> g(g_launch_mu);
@@ -736,6 +1237,9 @@ EXPORT void cudl_launch_kernel(cudl_launch* L) {
     g_next_block.store(0);
     g_abort.store(0);
     g_cancel.store(0);
+    g_wd_fired.store(0);
+    ck_launch_begin(L);
+    if (g_ck && g_ck->mode) L->workers = 1;  // the shadow state of the checks has no locks
     unsigned long long nblocks = (unsigned long long)L->grid[0] * L->grid[1] * L->grid[2];
     int nw = L->workers < 1 ? 1 : L->workers;
     if ((unsigned long long)nw > nblocks) nw = (int)nblocks;
@@ -749,13 +1253,16 @@ EXPORT void cudl_launch_kernel(cudl_launch* L) {
         sigemptyset(&sa.sa_mask);
         sigaction(SIGINT, &sa, &old_int);
     }
+    if (g_ck && g_ck->mode) nw = 1;
     std::vector<std::thread> pool;
     g_pool_n.store(0);
+    g_live.store(nw);
     for (int i = 0; i < nw; i++) {
-        pool.emplace_back(worker_main, L);
+        pool.emplace_back(worker_main, L, i);
         g_pool[i] = pool.back().native_handle();
         g_pool_n.store(i + 1);
     }
+    watch(L);
     for (auto& t : pool) t.join();
     g_pool_n.store(0);
     restore_signals();

@@ -1,4 +1,5 @@
-"""Graders of chapter 1 (01-first-kernel): SAXPY, RGB to gray on a 2D grid, and a grid-stride loop.
+"""Graders of chapter 1 (01-first-kernel): SAXPY, RGB to gray on a 2D grid, a grid-stride loop, and the
+challenge: a float4 grid-stride multiply-add with a scalar tail.
 
 Every output buffer is followed by a guard region of known values. A GPU rarely faults on a write a few
 elements past the end of an array (allocations are rounded up), so a kernel without a bounds check would
@@ -28,8 +29,10 @@ def _cdiv(a: int, b: int) -> int:
 @grader("saxpy", kernels=["saxpy"],
         cases=[dict(n=1), dict(n=31), dict(n=1000), dict(n=65536), dict(n=2**20 + 7), dict(n=2**24 + 1)],
         emulator_cases=[dict(n=1), dict(n=31), dict(n=1000), dict(n=4096), dict(n=20001), dict(n=65537)],
-        hint="one thread per element: i = blockIdx.x * blockDim.x + threadIdx.x, and only if i < n: "
-             "y[i] = a * x[i] + y[i]")
+        hint=["each thread updates one element, the one at its global index; the last block reaches past n",
+              "the global index is the block's index times the block size plus the thread's index in the block; "
+              "threads whose index is n or more must not touch memory",
+              "i = blockIdx.x * blockDim.x + threadIdx.x, and only if i < n: y[i] = a * x[i] + y[i]"])
 def saxpy(load: Any, case: dict[str, Any]) -> list[tuple[Any, Any]]:
     """y = a * x + y in place; launched with ceil(n / 256) blocks of 256 threads."""
     n = case["n"]
@@ -54,9 +57,13 @@ GRAY_WEIGHTS = np.array([0.299, 0.587, 0.114])  # ITU-R BT.601 luma weights of R
                dict(height=33, width=47), dict(height=720, width=1281), dict(height=1079, width=1921)],
         emulator_cases=[dict(height=1, width=1), dict(height=1, width=37), dict(height=37, width=1),
                         dict(height=33, width=47), dict(height=64, width=100), dict(height=101, width=131)],
-        hint="col = blockIdx.x * blockDim.x + threadIdx.x and row = blockIdx.y * blockDim.y + threadIdx.y; "
-             "check row < height and col < width; pixel (row, col) is gray[row * width + col] and its "
-             "channels are rgb[3 * (row * width + col) + 0, 1, 2]")
+        hint=["x runs along columns and y along rows, and the grid overhangs the image on both edges: check "
+              "both coordinates; the three channels of a pixel are next to each other",
+              "col comes from the .x indices and row from the .y indices (blockIdx, blockDim, threadIdx); pixel "
+              "(row, col) is element row * width + col of gray, and 3 times that of rgb",
+              "col = blockIdx.x * blockDim.x + threadIdx.x and row = blockIdx.y * blockDim.y + threadIdx.y; "
+              "check row < height and col < width; pixel (row, col) is gray[row * width + col] and its "
+              "channels are rgb[3 * (row * width + col) + 0, 1, 2]"])
 def rgb_to_gray(load: Any, case: dict[str, Any]) -> list[tuple[Any, Any]]:
     """gray = 0.299 R + 0.587 G + 0.114 B for an H x W x 3 uint8 image; 16 x 16 blocks on a 2D grid."""
     h, w = case["height"], case["width"]
@@ -75,8 +82,12 @@ def rgb_to_gray(load: Any, case: dict[str, Any]) -> list[tuple[Any, Any]]:
 @grader("scale_shift", kernels=["scale_shift"],
         cases=[dict(n=1), dict(n=511), dict(n=513), dict(n=100_003), dict(n=2**22 + 1)],
         emulator_cases=[dict(n=1), dict(n=511), dict(n=513), dict(n=4099), dict(n=30001)],
-        hint="the grid has only 512 threads: loop for (i = blockIdx.x * blockDim.x + threadIdx.x; i < n; "
-             "i += gridDim.x * blockDim.x), so that each element is updated exactly once")
+        hint=["the grid has only 512 threads, fewer than most arrays' elements: each thread must update several "
+              "elements, and every element exactly once",
+              "start at the thread's global index and step by the number of threads in the whole grid "
+              "(gridDim.x * blockDim.x), while the index is below n",
+              "for (i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) "
+              "x[i] = a * x[i] + b"])
 def scale_shift(load: Any, case: dict[str, Any]) -> list[tuple[Any, Any]]:
     """x = a * x + b in place, launched with 4 blocks of 128 threads whatever n is."""
     n = case["n"]
@@ -89,3 +100,40 @@ def scale_shift(load: Any, case: dict[str, Any]) -> list[tuple[Any, Any]]:
     load("scale_shift")(grid, block, (x, a, b, n))
     check_guard(x_full, n, "x", fill=1.0)
     return [(x, a * x_host.astype(np.float64) + b)]
+
+
+# ------------------------------------------------------------------------------ challenge: float4 FMA
+
+FMA_THREADS = 256
+FMA_MAX_BLOCKS = 1024  # a fixed cap: large arrays need a grid-stride loop
+
+
+def fma_float4_launch(n: int) -> tuple[tuple[int], tuple[int]]:
+    """The challenge's launch: one float4 per thread up to 1024 blocks of 256 threads, never more."""
+    return (max(1, min(_cdiv(_cdiv(n, 4), FMA_THREADS), FMA_MAX_BLOCKS)),), (FMA_THREADS,)
+
+
+@grader("fma_float4", kernels=["fma_float4"],
+        cases=[dict(n=1), dict(n=3), dict(n=4), dict(n=1031), dict(n=2**21 + 1), dict(n=2**24 + 3)],
+        emulator_cases=[dict(n=1), dict(n=3), dict(n=4), dict(n=1031), dict(n=40_001), dict(n=2**21 + 1)],
+        speed=dict(case=dict(n=2**24 + 3), factor=1.5),  # H100: scalar loop 1.01x (both at ~2.7 TB/s)
+        hint=["count the elements: the float4 loop covers the first n / 4 groups of four, and the last n % 4 "
+              "elements (0 to 3 of them) need their own, scalar, step done by one thread each",
+              "view the arrays as float4 (reinterpret_cast<const float4*>(x)); loop g from the global thread "
+              "index to n / 4 in steps of gridDim.x * blockDim.x and update the four components of group g; "
+              "then threads 0..n % 4 - 1 of the whole grid update elements 4 * (n / 4) + t with scalars",
+              "for (int g = tid; g < n / 4; g += stride) { float4 a = x4[g], b = y4[g], c = z4[g]; "
+              "c.x = fmaf(a.x, b.x, c.x); ... z4[g] = c; } then if (tid < n % 4) { int i = n / 4 * 4 + tid; "
+              "z[i] = fmaf(x[i], y[i], z[i]); }"])
+def fma_float4(load: Any, case: dict[str, Any]) -> list[tuple[Any, Any]]:
+    """z = x * y + z in place, float4 loads and stores with a scalar tail, on a capped grid."""
+    n = case["n"]
+    rng = np.random.default_rng()
+    x_host, y_host, z_host = (rng.standard_normal(n).astype(np.float32) + 2 for _ in range(3))  # never ~0
+    x, _ = guarded(x_host)
+    y, _ = guarded(y_host)
+    z, z_full = guarded(z_host, 1.0)
+    grid, block = fma_float4_launch(n)
+    load("fma_float4")(grid, block, (x, y, z, n))
+    check_guard(z_full, n, "z", fill=1.0)
+    return [(z, x_host.astype(np.float64) * y_host + z_host)]

@@ -87,9 +87,13 @@ def test_partial_barrier_names_the_line():
     assert "232 of 256" in msg and "block (3,0,0)" in msg, msg
 
 
-def test_different_barriers_are_an_error():
-    with pytest.raises(cudl.KernelFault, match=r"<kernel source>:(18|20)"):
-        cudl.load(BAD, "two_barriers")(1, 64, (np.zeros(64, np.float32),))
+def test_different_barriers_pass_with_a_warning():
+    """GPUs since Volta let a block's halves meet at two __syncthreads() calls (SGEMM_CUDA's kernel 11 does):
+    the emulator does too, and warns once, since CUDA calls it undefined (issue 8)."""
+    y = np.zeros(64, np.float32)
+    with pytest.warns(UserWarning, match=r"different __syncthreads\(\) calls \(<kernel source>:(18|20)"):
+        cudl.load(BAD, "two_barriers")(1, 64, (y,))
+    np.testing.assert_array_equal(y, 1.0)
 
 
 def test_dynamic_shared_memory_overflow():

@@ -15,7 +15,9 @@ from cudl.compile import KERNELS_DIR, ROOT, resolve
 
 pytestmark = pytest.mark.skipif(cudl.on_gpu(), reason="the GPU build is tests/test_kernels_compile.py")
 
-KERNELS = sorted(p.relative_to(KERNELS_DIR).as_posix() for p in KERNELS_DIR.rglob("*.cu"))
+# kernels_src/appendix/ holds standalone nvcc programs (host code, main), not kernels for cudl.load.
+KERNELS = sorted(p.relative_to(KERNELS_DIR).as_posix() for p in KERNELS_DIR.rglob("*.cu")
+                 if p.relative_to(KERNELS_DIR).parts[0] != "appendix")
 _LOAD = re.compile(r"""load\(\s*["']([\w./-]+\.cu)["']\s*,\s*["']([^"']+<[^"']+>)["']""")
 
 

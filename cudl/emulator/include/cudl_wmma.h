@@ -3,6 +3,9 @@
 // mma need no exchange between lanes; each lane computes the full product. Element-wise loops over
 // frag.x[0..num_elements) behave as on the GPU (the mapping of elements to lanes is unspecified there).
 #pragma once
+// Every lane loads and stores the whole tile, so the emulator's race check (a -fsanitize=thread build) must not
+// see these accesses as 32 lanes writing one element: they are one warp-wide operation on a GPU.
+#define CUDL_WARP_COLLECTIVE __attribute__((no_sanitize_thread, noinline))
 namespace nvcuda {
 namespace wmma {
 struct matrix_a {};
@@ -34,7 +37,7 @@ static inline void fill_fragment(fragment<Use, M, N, K, T, L>& f, const typename
     for (int i = 0; i < f.num_elements; i++) f.x[i] = v;
 }
 template <class Use, int M, int N, int K, class T, class L, class P>
-static inline void __load(fragment<Use, M, N, K, T, L>& f, const P* p, unsigned ldm, bool col) {
+CUDL_WARP_COLLECTIVE static void __load(fragment<Use, M, N, K, T, L>& f, const P* p, unsigned ldm, bool col) {
     for (int r = 0; r < f.rows; r++)
         for (int c = 0; c < f.cols; c++) f.x[r * f.cols + c] = p[col ? (size_t)c * ldm + r : (size_t)r * ldm + c];
 }
@@ -47,7 +50,8 @@ static inline void load_matrix_sync(fragment<accumulator, M, N, K, T, void>& f, 
     __load(f, p, ldm, l == mem_col_major);
 }
 template <int M, int N, int K, class T, class P>
-static inline void store_matrix_sync(P* p, const fragment<accumulator, M, N, K, T, void>& f, unsigned ldm, layout_t l) {
+CUDL_WARP_COLLECTIVE static void store_matrix_sync(P* p, const fragment<accumulator, M, N, K, T, void>& f, unsigned ldm,
+                                                  layout_t l) {
     for (int r = 0; r < M; r++)
         for (int c = 0; c < N; c++)
             p[l == mem_col_major ? (size_t)c * ldm + r : (size_t)r * ldm + c] = f.x[r * N + c];

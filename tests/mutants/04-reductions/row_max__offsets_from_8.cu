@@ -1,10 +1,12 @@
 // Mutant: the shuffles start at offset 8, so lanes 16..31 never reach lane 0.
+__device__ float nan_max(float a, float b) { return (b > a || b != b) ? b : a; }  // a NaN wins
+
 extern "C" __global__ void row_max(const float* __restrict__ x, float* __restrict__ out, int rows, int cols) {
     const int lane = threadIdx.x % 32;
     const int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
     if (row >= rows) return;
     float m = -__int_as_float(0x7f800000);
-    for (int c = lane; c < cols; c += 32) m = fmaxf(m, x[row * cols + c]);
-    for (int offset = 8; offset > 0; offset /= 2) m = fmaxf(m, __shfl_down_sync(0xffffffffu, m, offset));
+    for (int c = lane; c < cols; c += 32) m = nan_max(m, x[row * cols + c]);
+    for (int offset = 8; offset > 0; offset /= 2) m = nan_max(m, __shfl_down_sync(0xffffffffu, m, offset));
     if (lane == 0) out[row] = m;
 }

@@ -1,0 +1,126 @@
+"""cudl.counters: global-memory sectors per warp request, shared-memory bank conflicts and per-thread work,
+counted on the CPU emulator, against values computed by hand.
+
+The counts come from the emulator on every backend; on a GPU the module compiles the kernel for the
+emulator too, so these tests need only g++ (skipped where the emulator cannot run).
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+
+import cudl
+
+pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="the emulator needs g++")
+
+SRC = r"""
+extern "C" __global__ void strided_copy(const float* x, float* y, int n, int stride) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = x[(long long)i * stride % n];
+}
+extern "C" __global__ void copy4(const float4* x, float4* y, int n4) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n4) y[i] = x[i];
+}
+extern "C" __global__ void copy_double(const double* x, double* y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = x[i];
+}
+extern "C" __global__ void shared_stride(float* out, int stride) {
+    __shared__ float s[32 * 33];
+    for (int k = threadIdx.x; k < 32 * 33; k += blockDim.x) s[k] = (float)k;
+    __syncthreads();
+    out[blockIdx.x * blockDim.x + threadIdx.x] = s[(threadIdx.x * stride) % (32 * 33)];
+}
+extern "C" __global__ void one_thread_works(const float* x, float* out, int n) {
+    if (blockIdx.x == 0 && threadIdx.x == 0) {
+        float acc = 0.0f;
+        for (int i = 0; i < n; i++) acc += x[i];
+        out[0] = acc;
+    }
+}
+"""
+
+
+def _k(name: str):
+    return cudl.load(SRC, name)
+
+
+@pytest.fixture(scope="module")
+def host():
+    n = 1 << 12
+    return n, np.ones(n, np.float32), np.zeros(n, np.float32)
+
+
+@pytest.mark.skipif(cudl.on_gpu(), reason="raw source kernels are counted on the emulator backend")
+@pytest.mark.parametrize("stride, sectors", [(1, 4.0), (2, 8.0), (8, 32.0), (32, 32.0)])
+def test_global_sectors_per_request(host, stride, sectors):
+    n, x, y = host
+    c = cudl.counters(_k("strided_copy"), n // 256, 256, (x, y, n, stride))
+    assert c.global_sectors_per_request("load") == sectors
+    assert c.global_sectors_per_request("store") == 4.0  # y[i]: 32 lanes x 4 bytes = 4 sectors
+    assert c.requests("global", "load") == n // 32
+    assert c.global_efficiency("store") == 1.0
+    assert c.global_efficiency("load") == pytest.approx(4.0 / sectors)
+
+
+@pytest.mark.skipif(cudl.on_gpu(), reason="raw source kernels are counted on the emulator backend")
+def test_wide_loads():
+    n = 1 << 10
+    x = np.ones(n, np.float32).view(np.float32)
+    c = cudl.counters(_k("copy4"), 1, 256, (x, np.zeros_like(x), n // 4))
+    assert c.global_sectors_per_request("load") == 16.0  # 32 lanes x 16 bytes = 512 bytes
+    assert c.global_efficiency() == 1.0
+    d = np.ones(1024, np.float64)
+    c = cudl.counters(_k("copy_double"), 4, 256, (d, np.zeros_like(d), d.size))
+    assert c.global_sectors_per_request("load") == 8.0
+
+
+@pytest.mark.skipif(cudl.on_gpu(), reason="raw source kernels are counted on the emulator backend")
+@pytest.mark.parametrize("stride, ways", [(1, 1.0), (2, 2.0), (4, 4.0), (32, 32.0), (33, 1.0)])
+def test_shared_bank_conflicts(stride, ways):
+    c = cudl.counters(_k("shared_stride"), 2, 64, (np.zeros(128, np.float32), stride))
+    assert c.shared_ways("load") == ways
+    assert c.shared_conflicts_per_request("load") == ways - 1
+    assert c.shared_ways("store") == 1.0  # s[k], k = threadIdx.x + j * blockDim.x: consecutive words
+
+
+@pytest.mark.skipif(cudl.on_gpu(), reason="raw source kernels are counted on the emulator backend")
+def test_work_balance_and_last(host):
+    n, x, _ = host
+    out = np.zeros(1, np.float32)
+    c = cudl.counters(_k("one_thread_works"), 4, 128, (x, out, n))
+    lo, med, hi = c.thread_accesses
+    assert (lo, med, hi) == (0, 0.0, n + 1)
+    assert out[0] == n  # the arguments are written as by a launch
+    assert cudl.counters.last() is c
+    md, html = c._repr_markdown_(), c._repr_html_()
+    assert "| <kernel source>:" in md and "accesses per thread" in md
+    assert html.startswith("<table>") and "counted on the CPU emulator" in html
+    assert "min 0, median 0, max 4097" in str(c)
+
+
+def test_book_kernel_counts_on_every_backend():
+    """A kernel from kernels_src/ is counted on any backend (on a GPU the emulator builds it too)."""
+    k = cudl.load("01-first-kernel/vector_add.cu", "vector_add")
+    n = 1 << 10
+    xp = cudl.xp
+    a, b = xp.ones(n, dtype=xp.float32), xp.ones(n, dtype=xp.float32)
+    out = xp.zeros(n, dtype=xp.float32)
+    c = cudl.counters(k, n // 256, 256, (a, b, out, n))
+    assert c.global_sectors_per_request("load") == 4.0
+    assert c.global_sectors_per_request("store") == 4.0
+    assert ("GPU" in c.note) == cudl.on_gpu()
+
+
+@pytest.mark.skipif(cudl.on_gpu(), reason="raw source kernels are counted on the emulator backend")
+def test_compare_table(host):
+    n, x, y = host
+    k = _k("strided_copy")
+    t = cudl.counters.compare({f"stride {s}": cudl.counters(k, n // 256, 256, (x, y, n, s)) for s in (1, 32)})
+    md = t._repr_markdown_()
+    assert "| stride 1 | 4.0 | 4.0 |" in md and "| stride 32 | 32.0 | 4.0 |" in md
+    assert "shared" not in md  # columns without data are left out
