@@ -14,22 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from cudl.grade import LAUNCH_S, REGISTRY, Verdict, _combine, _load_all, run
+from cudl.grade import EMULATOR_LAUNCH_S, LAUNCH_S, REGISTRY, Verdict, _combine, _load_all, run
 from cudl.grade.extract import graded_sources
 
 _load_all()
 ROOT = Path(__file__).resolve().parents[1]
 MUTANTS = sorted((Path(__file__).parent / "mutants").rglob("*.cu"))
-# Wrong only through a race that the emulator runs in a harmless order: refused there once the emulator
-# detects races (issue 7, the emulator side); refused on a GPU today (wrong numbers).
-NEEDS_RACE_DETECTION = {"block_sum__racy_rmw"}
 ON_EMULATOR = os.environ.get("CUDL_BACKEND") != "gpu"
-
-
-def _mutant_param(p: Path):
-    if ON_EMULATOR and p.stem in NEEDS_RACE_DETECTION:
-        return pytest.param(p, marks=pytest.mark.xfail(strict=False, reason="needs the emulator's race detection"))
-    return p
+ON_GPU = not ON_EMULATOR
 
 
 def _solutions() -> list[tuple[str, str]]:
@@ -49,7 +41,7 @@ def test_grader_has_edge_cases_and_hint(name):
     assert len(mutants) >= 3, f"grader {name} needs at least 3 mutants in tests/mutants/"
 
 
-@pytest.mark.parametrize("path", [_mutant_param(p) for p in MUTANTS], ids=lambda p: f"{p.parent.name}/{p.stem}")
+@pytest.mark.parametrize("path", MUTANTS, ids=lambda p: f"{p.parent.name}/{p.stem}")
 def test_mutant_is_refused(path):
     name = path.name.split("__")[0]
     assert name in REGISTRY, f"{path.name}: no grader {name!r}"
@@ -65,7 +57,9 @@ def test_solution_passes_well_inside_the_launch_limit(name, source):
     verdict = run(name, source, quiet=True)
     assert verdict.status == "PASS" and verdict.line == f"PASS {name}: {len(REGISTRY[name].cases)}/"\
         f"{len(REGISTRY[name].cases)} cases", verdict.line
-    assert verdict.slowest_launch_s < LAUNCH_S / 4, verdict.slowest_launch_s
+    # on a GPU the cross-check's emulator launches count too: only a failed cross-check reports them
+    limit = LAUNCH_S if ON_GPU else EMULATOR_LAUNCH_S
+    assert verdict.slowest_launch_s < limit / 4, verdict.slowest_launch_s
 
 
 def test_hung_kernel_is_reported_within_15_s():
@@ -74,8 +68,8 @@ def test_hung_kernel_is_reported_within_15_s():
            "    while (p[0] == p[0]) { }\n}\n")
     t0 = time.monotonic()
     verdict = run("saxpy", src, quiet=True)
-    # TIMEOUT from the grader's limit, or CRASH from the emulator's own hang watchdog where it has one
-    assert verdict.status in ("TIMEOUT", "CRASH") and "case 1/" in verdict.line, verdict.line
+    # TIMEOUT from the grader's limit on a GPU, from the emulator's watchdog (no progress for 10 s) there
+    assert verdict.status == "TIMEOUT" and "case 1/" in verdict.line, verdict.line
     assert time.monotonic() - t0 < 15 + 10  # 10 s of limit; compiling takes the rest (g++, NVRTC)
 
 

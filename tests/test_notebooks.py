@@ -66,8 +66,6 @@ def _nbval(path) -> subprocess.CompletedProcess:
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=3000)
 
 
-@pytest.mark.xfail(strict=True, reason="needs cudl.grade.run to raise after printing a non-PASS verdict (issue 7); "
-                                       "until then nbval compares a re-run FAIL with the submission's own stored FAIL")
 def test_nbval_refuses_a_submission_that_stores_its_own_fail(tmp_path):
     """An instructor runs nbval on a student's executed notebook: its stored output is the student's own, so
     a deterministic FAIL (here: does not compile) stored and re-run must still fail."""
@@ -105,8 +103,6 @@ def test_executed_chapters_show_their_figures():
         assert images, f"{path.name} plots but stores no figure: re-execute it with `make execute`"
 
 
-@pytest.mark.xfail(strict=True, reason="needs cudl.grade.run to raise after printing a non-PASS verdict (issue 7); "
-                                       "until then nbval skips the unrun graded cells of an exercise")
 def test_nbval_refuses_an_unsolved_exercise():
     """Exercises ship without outputs, and nbval compares nothing in a cell that was never run: only a grader
     cell that fails (raises) on a non-PASS verdict makes nbval refuse the stubs."""

@@ -351,7 +351,10 @@ def nvrtc_check(source: str, shown: str, options: tuple[str, ...], names: tuple[
 
 def compile_module(source: str, shown: str, options: tuple[str, ...], names: tuple[str, ...]) -> Module:
     """`names`: the kernels to launch (template instances as name expressions, e.g. `gelu<__half>`)."""
-    return _compile_module(source, shown, tuple(options), tuple(names))
+    mod = _compile_module(source, shown, tuple(options), tuple(names))
+    if checks_mode() & RACES and mod.index:  # build the instrumented library now, not inside the first launch
+        mod._checked_entries(next(iter(mod.index.values())))
+    return mod
 
 
 # NVRTC has none of <math.h>'s macros and the prelude hides them; a -D of one of them comes back after it.

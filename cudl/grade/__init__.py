@@ -110,6 +110,9 @@ COMPILE_S = 300.0  # NVRTC on a GPU, g++ on the emulator (first use builds the e
 # One launch (kernel + sync). The slowest launch of any published solution takes well under a second on the
 # emulator and milliseconds on a GPU (tests/test_graders.py checks the margin), so a hang is reported in ~10 s.
 LAUNCH_S = 10.0
+# On the emulator a launch that makes no progress is stopped by its own watchdog (CUDL_EMULATOR_WATCHDOG, 10 s)
+# and reported as TIMEOUT; this outer limit only bounds a kernel that progresses, slowly, under the race check.
+EMULATOR_LAUNCH_S = 60.0
 CASES_S = 300.0  # all cases together, references included: only against something pathological
 SPEED_S = 120.0  # timing the student's and the solution's kernels after the cases passed
 
@@ -150,6 +153,8 @@ class _Job:
         self.cases = g.cases if backend == "gpu" else g.emulator_cases
         read, write = os.pipe()
         env = dict(os.environ, CUDL_BACKEND=backend)
+        if backend != "gpu":  # graders' small cases also run the emulator's race check (cudl/emulator/README.md)
+            env["CUDL_EMULATOR_RACECHECK"] = "1"
         root = str(Path(__file__).resolve().parents[2])  # cudl importable even when not installed
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
         self.stderr = tempfile.TemporaryFile()
@@ -210,9 +215,12 @@ class _Job:
             elif kind == "launched":
                 self.slowest = max(self.slowest, now - self.launch_start)
                 self.launch_deadline = None
-            elif kind in ("fail", "crash", "error"):
+            elif kind in ("fail", "crash", "error", "timeout"):
                 i, msg = payload
-                if kind == "fail":
+                if kind == "timeout":  # the emulator's watchdog saw no progress
+                    self.verdict = Verdict("TIMEOUT", f"TIMEOUT {g.name}: {self.where(i)}: "
+                                           f"{msg.strip().splitlines()[0]}")
+                elif kind == "fail":
                     self.verdict = Verdict("FAIL", f"FAIL {g.name}: {self.where(i)}: {msg}.{hint}")
                 elif kind == "crash":
                     self.verdict = Verdict("CRASH", f"CRASH {g.name}: {self.where(i)}: "
@@ -280,13 +288,14 @@ def run(name: str, source: str, *, time_limit: float | None = None, quiet: bool 
     if name not in REGISTRY:
         raise KeyError(f"no grader {name!r}; known: {', '.join(sorted(REGISTRY))}")
     g = REGISTRY[name]
-    launch_s = time_limit or g.time_limit or LAUNCH_S
     gpu = on_gpu()
+    launch_s = time_limit or g.time_limit or (LAUNCH_S if gpu else EMULATOR_LAUNCH_S)
     jobs = [_Job(g, source, backend(), launch_s, speed=gpu and g.speed is not None)]
     skipped = ""
     if gpu and (_cross_check_wanted() if cross_check is None else cross_check):
         if _compiler():
-            jobs.append(_Job(g, source, "emulator", launch_s, speed=False))
+            jobs.append(_Job(g, source, "emulator", time_limit or g.time_limit or EMULATOR_LAUNCH_S,
+                             speed=False))
         else:
             skipped = " (the CPU emulator's check was skipped: no C++ compiler, e.g. apt install g++)"
     try:
@@ -301,7 +310,17 @@ def run(name: str, source: str, *, time_limit: float | None = None, quiet: bool 
     print(verdict.line)
     if verdict.detail:
         print(verdict.detail)
+    if not verdict:
+        raise NotPassed(f"{name}: {verdict.status} (see the line above)")
     return None
+
+
+class NotPassed(Exception):
+    """Raised by a graded cell whose kernel did not pass, so that nbval, Run All and `nbconvert --execute`
+    fail whatever output the notebook stored; IPython shows this one line, not a traceback."""
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"\x1b[31mNotPassed: {self}\x1b[0m"]
 
 
 def _combine(g: Grader, verdicts: list[Verdict], skipped: str) -> Verdict:

@@ -42,7 +42,7 @@ def grade(name: str, source: str, send: Send, speed: bool = False) -> None:
     """Run grader `name` on `source` with this process's backend and report each step through `send`."""
     import cudl
     from cudl.check import compare
-    from cudl.errors import CompileError, EmulatorUnsupported, KernelFault
+    from cudl.errors import CompileError, EmulatorUnsupported, KernelFault, KernelTimeout
     from cudl.grade import REGISTRY, Refuse, _load_all
 
     _load_all()
@@ -74,6 +74,9 @@ def grade(name: str, source: str, send: Send, speed: bool = False) -> None:
                 if not c.ok:
                     send("fail", (i, str(c)))
                     return
+        except KernelTimeout as exc:
+            send("timeout", (i, str(exc)))
+            return
         except KernelFault as exc:
             send("crash", (i, str(exc)))
             return
