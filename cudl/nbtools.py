@@ -58,7 +58,7 @@ def code_hash(nb: Any, slug: str) -> str:
     kdir = KERNELS_DIR / slug
     if kdir.is_dir():
         for f in sorted(kdir.rglob("*")):
-            if f.is_file():
+            if f.is_file() and "__pycache__" not in f.parts:  # bytecode of a helper script is not code
                 h.update(f.relative_to(KERNELS_DIR).as_posix().encode() + b"\0" + f.read_bytes())
     return h.hexdigest()[:16]
 
