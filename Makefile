@@ -61,7 +61,7 @@ execute:
 # On a GPU machine: all notebooks pass nbval, every exercise stub and mutant fails, bench agrees with Triton.
 gpu-test:
 	CUDL_BACKEND=gpu $(PYTHON) -m pytest -q --nbval-lax --nbval-current-env $(NOTEBOOKS)
-	CUDL_BACKEND=gpu $(PYTHON) -m pytest -q tests/gpu tests/kernels tests/emulator/test_conformance.py tests/emulator/test_corpus.py \
+	CUDL_BACKEND=gpu $(PYTHON) -m pytest -q tests/gpu tests/kernels tests/emulator/test_conformance.py tests/emulator/test_corpus.py tests/emulator/test_ptx.py \
 	  tests/test_graders.py tests/test_occupancy.py tests/test_notebooks.py
 
 clean:

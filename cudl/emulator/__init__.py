@@ -37,6 +37,7 @@ import numpy as np
 from .. import compile as cc
 from ..compile import Param, format_log, strip_comments, with_line_directive
 from ..errors import CompileError, EmulatorUnsupported, KernelFault, KernelTimeout
+from . import ptx
 
 HERE = Path(__file__).resolve().parent
 INCLUDE = HERE / "include"
@@ -49,8 +50,7 @@ OPTIONAL_FLAGS = ["-fno-finite-loops",  # a spin loop must spin (and time out) a
 
 # Features the emulator cannot run: (regex on the source without comments, what the message calls it).
 UNSUPPORTED = [
-    (r"\basm\s*(?:volatile\s*)?\(|\b__asm__\b", "inline PTX asm"),
-    (r"cp\.async|__pipeline_memcpy_async|__pipeline_commit|\bmemcpy_async\b|cuda::pipeline", "cp.async"),
+    (r"\bmemcpy_async\b|cuda::pipeline", "memcpy_async / cuda::pipeline"),  # inline PTX: ptx.py
     (r"\bwgmma\b", "wgmma"),
     (r"\bCUtensorMap\b|cp\.async\.bulk|cuda::barrier|cuda::ptx", "TMA / cuda::barrier"),
     (r"\bthis_multi_grid\b", "cooperative-groups multi-grid sync"),
@@ -60,7 +60,7 @@ UNSUPPORTED = [
 # Anything that needs every thread of a block to be a fiber.
 NEEDS_FIBERS = re.compile(
     r"__syncthreads|__syncwarp|__shfl|__ballot_sync|__any_sync|__all_sync|__activemask|__reduce_\w+_sync|"
-    r"__match_\w+_sync|\bwmma\b|cooperative_groups|#\s*include\s*\"")
+    r"__match_\w+_sync|\bwmma\b|cooperative_groups|#\s*include\s*\"|\basm\b|\b__asm__\b|__pipeline_\w+")
 
 
 class _Launch(ctypes.Structure):
@@ -210,6 +210,7 @@ def check_supported(source: str, shown: str, options: tuple[str, ...] = ()) -> N
                                    "Python: k(grid, block, (args...))")
             raise EmulatorUnsupported(f"not supported on the CPU emulator: {what} ({shown}:{line}); "
                                       "run this cell on a GPU")
+    ptx.translate(text, shown)  # refuses inline PTX the emulator does not know, naming the instruction
 
 
 def _in_device_code(text: str, pos: int) -> bool:
@@ -236,6 +237,7 @@ _EXTERN_SHARED = re.compile(
 
 def rewrite(source: str, shown: str) -> str:
     """Source changes that keep every line in place: dynamic shared memory, `static __shared__`."""
+    source = ptx.translate(source, shown, strict=False)  # inline PTX -> calls of include/cudl_ptx.h, lines kept
     text = strip_comments(source)  # find matches on the comment-free text, apply at the same offsets
     out, pos = [], 0
     for m in _EXTERN_SHARED.finditer(text):

@@ -110,7 +110,7 @@ def test_unsupported_inline_asm():
 
 
 @pytest.mark.parametrize("snippet,what", [
-    ("__pipeline_memcpy_async(s, x, 16);", "cp.async"),
+    ("cuda::memcpy_async(s, x, 16, pipe);", "memcpy_async"),
 ])  # grid sync: refused at the sync (test_frontend.py)
 def test_unsupported_features(snippet, what):
     src = f"""extern "C" __global__ void k(float* x) {{

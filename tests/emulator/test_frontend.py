@@ -171,7 +171,7 @@ extern "C" __global__ void lane(int* out) {
     out = np.zeros(64, np.int32)
     cudl.load(src, "lane")(1, 64, (out,))
     np.testing.assert_array_equal(out, np.arange(64) % 32)
-    with pytest.raises(cudl.EmulatorUnsupported, match=r"inline PTX asm \(<kernel source>:4\)"):
+    with pytest.raises(cudl.EmulatorUnsupported, match=r"inline PTX asm: mov.u32 \(<kernel source>:4\)"):
         cudl.load(src, "lane", options=["-DUSE_PTX"])
 
 

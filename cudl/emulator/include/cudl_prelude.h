@@ -18,7 +18,7 @@
 
 #define __CUDACC__ 1
 #define __CUDL_EMULATOR__ 1
-#define __CUDA_ARCH__ 800  // the emulator implements the sm_80 feature set (no cp.async, no asm)
+#define __CUDA_ARCH__ 800  // the emulator implements the sm_80 feature set (inline PTX: see cudl_ptx.h)
 #define __CUDACC_VER_MAJOR__ 12
 
 // ------------------------------------------------------------------ qualifiers
@@ -29,7 +29,7 @@
 #define __noinline__ __attribute__((noinline))
 #define __launch_bounds__(...)
 #define __restrict__ __restrict
-#define __align__(n) alignas(n)
+#define __align__(n) __attribute__((aligned(n)))  // also after __shared__ (alignas may not)
 #define __constant__
 #define __managed__
 #define __grid_constant__
@@ -353,6 +353,7 @@ static inline float atomicExch(float* p, float v) { return __cudl_atomic_f<float
 
 #include "cudl_fp16.h"
 #include "cudl_wmma.h"
+#include "cudl_ptx.h"
 
 // ------------------------------------------------------------------ entry points (used by generated code)
 template <class F> struct __cudl_sig;
@@ -383,6 +384,7 @@ template <class S, S F> static inline void __cudl_run_block(void** a, const unsi
 template <class S, S F> static inline void __cudl_run_thread(void** a, const unsigned* info) {
     __cudl_set_block(info);
     threadIdx = uint3{info[9], info[10], info[11]};
+    __cudl_cp_reset();
     __cudl_sig<S>::template call<F>(a);
 }
 #define CUDL_ENTRY(I, ...) \
