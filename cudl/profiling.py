@@ -117,7 +117,8 @@ def timeline(events: Sequence[Event], *, categorize: Callable[[str], str], title
     ax.set_xlabel("time since the first event (ms)")
     if title:
         ax.set_title(title)
-    ax.legend(handles=[Patch(color=color[c], label=c) for c in cats], loc="upper center",
-              bbox_to_anchor=(0.5, -0.3), ncol=min(4, len(cats)), frameon=False, fontsize="small")
+    if cats:  # no kernels (a CPU-only trace): no legend
+        ax.legend(handles=[Patch(color=color[c], label=c) for c in cats], loc="upper center",
+                  bbox_to_anchor=(0.5, -0.3), ncol=min(4, len(cats)), frameon=False, fontsize="small")
     ax.figure.tight_layout()
     return ax
