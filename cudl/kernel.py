@@ -44,6 +44,8 @@ POINTER_DTYPES["__nv_bfloat16"] = (np.dtype(np.uint16),)  # NumPy has no bfloat1
 
 
 def _dim3(v: int | Sequence[int], what: str) -> tuple[int, int, int]:
+    if type(v) is tuple and 0 < len(v) <= 3 and all(type(x) is int and x >= 1 for x in v):
+        return v + (1,) * (3 - len(v))  # the common case, without the conversions below
     t = (v,) if isinstance(v, (int, np.integer)) else tuple(v)
     if not 1 <= len(t) <= 3 or any(int(x) < 1 for x in t):
         raise ValueError(f"{what} must be 1 to 3 positive integers, got {v!r}")
@@ -57,6 +59,9 @@ class Kernel:
                  source: str = "", options: tuple[str, ...] = ()):
         self.name, self.params, self.shown, self._impl, self.backend = name, params, shown, impl, backend
         self.module, self._source, self._options = module, source, options  # module: CuPy RawModule / emulator
+        # What convert() checks for each parameter, looked up once rather than on every launch:
+        # (param, scalar type or None, allowed pointee dtypes or None).
+        self._plan = [(p, SCALAR_TYPES.get(p.base), POINTER_DTYPES.get(p.base)) for p in params]
 
     # Resource usage as the compiler reports it (None on the emulator: there are no registers to count).
     @property
@@ -123,19 +128,18 @@ class Kernel:
             sig = ", ".join(p.ctype + " " + p.name for p in self.params)
             raise TypeError(f"{self.name}({sig}) takes {len(self.params)} arguments, got {len(args)}")
         out = []
-        xp = _backend.xp()
-        for p, a in zip(self.params, args):
+        gpu = self.backend == "gpu"
+        for (p, kind, want), a in zip(self._plan, args):
             if p.is_pointer and a is None:  # a null pointer
-                out.append(None if xp is np else np.uint64(0))
+                out.append(np.uint64(0) if gpu else None)
             elif p.is_pointer:
-                if isinstance(a, np.ndarray) and xp is not np:
+                if gpu and isinstance(a, np.ndarray):
                     raise TypeError(
                         f"argument {p.name!r} of {self.name} is a NumPy array in host memory; "
                         "copy it to the GPU first with cudl.xp.asarray(...)")
                 if not hasattr(a, "dtype") or not hasattr(a, "data"):
                     raise TypeError(f"argument {p.name!r} of {self.name} is {p.ctype}: pass an array, "
                                     f"not {type(a).__name__}")
-                want = POINTER_DTYPES.get(p.base)
                 if want and a.dtype not in want:
                     raise TypeError(f"argument {p.name!r} of {self.name} is {p.ctype} but the array is "
                                     f"{a.dtype}: convert it with .astype({want[0].name})")
@@ -145,7 +149,6 @@ class Kernel:
                                     f"the parameter const {p.base}* if the kernel only reads it")
                 out.append(a)
             else:
-                kind = SCALAR_TYPES.get(p.base)
                 if kind is None:
                     if isinstance(a, (bool, int, float)):  # its size and type would be guesses
                         raise TypeError(f"argument {p.name!r} of {self.name} is a {p.ctype}, which cudl does not "

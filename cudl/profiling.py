@@ -5,13 +5,16 @@ timeline picture drawn with matplotlib (Perfetto and chrome://tracing show the s
         step()
     events = cudl.profiling.trace_events(prof)
     cudl.profiling.timeline(events, categorize=lambda name: ...)
+    cudl.profiling.host_ms(step)  # CPU time to issue one step, vs the GPU time of its kernels
 """
 
 from __future__ import annotations
 
 import json
 import os
+import statistics
 import tempfile
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -43,12 +46,37 @@ def gpu_time_by(events: Sequence[Event], categorize: Callable[[str], str]) -> di
     return dict(sorted(out.items(), key=lambda kv: -kv[1]))
 
 
+def host_ms(fn: Callable[[], Any], *, runs: int = 25, calls: int = 1) -> float:
+    """CPU time (ms) to *issue* `fn`: the median over `runs` of `calls` back-to-back calls, each batch
+    started on an idle GPU (cudl.sync() first) and timed without waiting for the GPU to finish.
+
+    The GPU runs asynchronously, so this is the launch (enqueue) cost of the Python, PyTorch and
+    CUDA-driver code in `fn`. When it exceeds the GPU time of the kernels `fn` launches, the GPU waits
+    for the CPU and a faster kernel cannot shorten the step. Keep `calls` small enough that the GPU's
+    launch queue (about a thousand launches) does not fill up, or the CPU would wait for the GPU.
+    """
+    from .backend import sync
+
+    fn()  # first call: compilation, allocation and module loading stay out of the numbers
+    sync()
+    times = []
+    for _ in range(runs):
+        sync()
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        times.append((time.perf_counter() - t0) * 1e3 / calls)
+    sync()
+    return statistics.median(times)
+
+
 def timeline(events: Sequence[Event], *, categorize: Callable[[str], str], title: str = "",
              colors: dict[str, str] | None = None, ax: Any = None) -> Any:
     """Draw the CPU operators (top lane) and the GPU kernels (bottom lane) on one time axis in ms.
 
     CPU operators are drawn at their nesting depth, so a top-level `aten::linear` sits above the
-    `aten::mm` it calls; kernels are coloured by `categorize(name)`.
+    `aten::mm` it calls; kernels are coloured by `categorize(name)`. Without CPU events (e.g. only the
+    kernels were passed) only the GPU lane is drawn, rather than an empty CPU lane.
     """
     import matplotlib.pyplot as plt
     from matplotlib.patches import Patch
@@ -78,13 +106,19 @@ def timeline(events: Sequence[Event], *, categorize: Callable[[str], str], title
     for e in gpu:
         ax.broken_barh([((e["ts"] - t0) / 1e3, e["dur"] / 1e3)], (0, 1.6), color=color[categorize(e["name"])],
                        lw=0.3, edgecolor="white")
-    ax.set_yticks([0.8, 2 + lanes * 0.25])
-    ax.set_yticklabels(["GPU kernels", "CPU operators"])
+    if cpu:
+        ax.set_yticks([0.8, 2 + lanes * 0.25])
+        ax.set_yticklabels(["GPU kernels", "CPU operators"])
+        ax.set_ylim(-0.2, 2 + lanes * 0.5 + 0.1)
+    else:
+        ax.set_yticks([0.8])
+        ax.set_yticklabels(["GPU kernels"])
+        ax.set_ylim(-0.2, 1.8)
     ax.set_xlabel("time since the first event (ms)")
-    ax.set_ylim(-0.2, 2 + lanes * 0.5 + 0.1)
     if title:
         ax.set_title(title)
-    ax.legend(handles=[Patch(color=color[c], label=c) for c in cats], loc="upper center",
-              bbox_to_anchor=(0.5, -0.3), ncol=min(4, len(cats)), frameon=False, fontsize="small")
+    if cats:  # no kernels (a CPU-only trace): no legend
+        ax.legend(handles=[Patch(color=color[c], label=c) for c in cats], loc="upper center",
+                  bbox_to_anchor=(0.5, -0.3), ncol=min(4, len(cats)), frameon=False, fontsize="small")
     ax.figure.tight_layout()
     return ax

@@ -277,3 +277,25 @@ def test_show_displays_highlighted_cuda(capsys):
         IPython.display.display = orig
     md = shown[0]["text/markdown"]
     assert md.startswith("```cuda\n// vector_add") and md.endswith("```") and md.count("\n") == 3
+
+
+def test_launch_checks_survive_the_fast_path():
+    """Kernel.__call__ looks its checks up once per kernel (cudl/kernel.py `_plan`); every check still fires."""
+    from cudl.kernel import _dim3
+
+    assert _dim3((4, 2), "grid") == (4, 2, 1) and _dim3(7, "grid") == (7, 1, 1)
+    assert _dim3([2, np.int64(3)], "grid") == (2, 3, 1)
+    for bad in ((0,), (1, 2, 3, 4), (), (2, -1)):
+        with pytest.raises(ValueError, match="positive"):
+            _dim3(bad, "grid")
+    k = _fake_kernel()
+    a = np.zeros(4, np.float32)
+    ro = a.copy()
+    ro.flags.writeable = False
+    with pytest.raises(TypeError, match="read-only"):
+        k.convert([a, a, ro, 4])  # the output parameter of vector_add
+    with pytest.raises(TypeError, match="pass an array"):
+        k.convert([a, 3.0, a, 4])
+    with pytest.raises(TypeError, match="scalar"):
+        k.convert([a, a, a, a])
+    assert [type(v) for v in k.convert([a, ro, a, np.int64(4)])][3] is np.int32

@@ -30,3 +30,27 @@ def test_timeline_draws_every_kernel():
     bars = sum(len(c.get_paths()) for c in ax.collections)
     assert bars >= kernels and ax.get_xlabel().endswith("(ms)")
     assert len(ax.get_legend().get_texts()) == 3
+
+
+def test_timeline_without_cpu_events_draws_no_empty_cpu_lane():
+    kernels_only = [e for e in EVENTS if e["cat"] != "cpu_op"]
+    labels = [t.get_text() for t in timeline(kernels_only, categorize=kind).get_yticklabels()]
+    assert labels == ["GPU kernels"]
+    labels = [t.get_text() for t in timeline(EVENTS, categorize=kind).get_yticklabels()]
+    assert labels == ["GPU kernels", "CPU operators"]
+
+
+def test_host_ms_times_the_calls():
+    import time
+
+    from cudl.profiling import host_ms
+
+    calls = []
+
+    def fn():
+        calls.append(1)
+        time.sleep(0.002)
+
+    ms = host_ms(fn, runs=5, calls=2)
+    assert len(calls) == 1 + 5 * 2  # one untimed first call, then runs x calls
+    assert 1.9 < ms < 50  # each call sleeps 2 ms
