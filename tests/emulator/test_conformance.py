@@ -773,7 +773,11 @@ def test_parameter_styles_and_typedef_scalar():
     x, y = RNG.standard_normal(n).astype(np.float32), RNG.standard_normal(n).astype(np.float32)
     out = dev(np.full(n, np.nan, np.float32))
     cudl.load(FRONTEND, "axpy_styles")(4, 128, (dev(x), dev(y), out, 2.5, n))
-    np.testing.assert_allclose(host(out), 2.5 * x + y, rtol=1e-6)
+    # a GPU fuses a * x + y into one FMA (one rounding), NumPy rounds twice: compare with float64 within a few
+    # float32 ulps of the terms, which also holds where the two terms cancel (seen on the H100, 3 of 1000)
+    ref = 2.5 * x.astype(np.float64) + y
+    scale = np.abs(2.5 * x.astype(np.float64)) + np.abs(y)
+    assert np.all(np.abs(host(out) - ref) <= 2 * np.finfo(np.float32).eps * scale)
 
 
 def test_cg_tile_reductions():
