@@ -661,7 +661,8 @@ def checks_mode() -> int:
 
 def _build_checked(text: str, flags: list[str]) -> Path:
     """The instrumented library: compiled with -fsanitize=thread, linked without its runtime (our hooks)."""
-    key = hashlib.sha256("\0".join([_compiler_id(), _prelude_hash(), " ".join(cxxflags()), "checked",
+    # str(INCLUDE) too: the debug lines name the prelude's path, and messages skip frames inside it
+    key = hashlib.sha256("\0".join([_compiler_id(), _prelude_hash(), str(INCLUDE), " ".join(cxxflags()), "checked",
                                     " ".join(CHECK_FLAGS + flags), text]).encode()).hexdigest()[:32]
     out = cache_dir() / f"checked-{key}.so"
     if out.is_file():
