@@ -216,8 +216,11 @@ def set_bootstrap(nb: Any, url: str) -> bool:
     for cell in nb.cells:
         if cell.cell_type == "code":
             if cell.source.startswith(BOOTSTRAP_MARK):
-                changed = cell.source != src
+                tags = cell.metadata.setdefault("tags", [])
+                changed = cell.source != src or "hide-input" not in tags
                 cell.source = src
+                if "hide-input" not in tags:  # plumbing: folded away on the site, as d2l hides its setup
+                    tags.append("hide-input")
                 return changed
             break
     raise ValueError("the first code cell of a notebook must start with '# cudl bootstrap'")

@@ -299,3 +299,12 @@ def test_launch_checks_survive_the_fast_path():
     with pytest.raises(TypeError, match="scalar"):
         k.convert([a, a, a, a])
     assert [type(v) for v in k.convert([a, ro, a, np.int64(4)])][3] is np.int32
+
+
+def test_bootstrap_cell_is_folded_on_the_site():
+    import nbformat
+
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("# cudl bootstrap (old)\nimport cudl")])
+    assert nbtools.set_bootstrap(nb, "https://example.org/book")
+    assert nb.cells[0].metadata["tags"] == ["hide-input"]
+    assert not nbtools.set_bootstrap(nb, "https://example.org/book")  # idempotent
