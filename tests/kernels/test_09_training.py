@@ -1,0 +1,173 @@
+"""Chapter 9 kernels (kernels_src/09-training/) against float64 NumPy references.
+
+softmax_cross_entropy (loss per row and dlogits in one kernel; large logits, odd class counts, batch 1,
+targets out of range), adamw_step (the update of torch.optim.AdamW, followed over several steps from
+m = v = 0 by a float64 model of the same formula), bias_grad (column sums) and the data loader's
+gather_rows / gather_labels. Fresh random inputs, NaN-poisoned outputs. Runs on the CPU emulator by
+default and on a GPU under `make gpu-test`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import cudl
+from cudl.check import compare
+
+SCE = "09-training/softmax_cross_entropy.cu"
+
+
+def softmax_ce64(x: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Loss per row and the gradient of the mean loss, in float64."""
+    x = x.astype(np.float64)
+    m = x.max(axis=1, keepdims=True)
+    e = np.exp(x - m)
+    s = e.sum(axis=1, keepdims=True)
+    loss = np.log(s[:, 0]) + m[:, 0] - x[np.arange(len(t)), t]
+    grad = e / s
+    grad[np.arange(len(t)), t] -= 1.0
+    return loss, grad / len(t)
+
+
+@pytest.mark.parametrize("threads", [32, 128])
+@pytest.mark.parametrize("scale", [1.0, 60.0])
+@pytest.mark.parametrize("shape", [(1, 1), (1, 10), (3, 7), (64, 10), (37, 97), (5, 1000)],
+                         ids=lambda s: f"{s[0]}x{s[1]}")
+def test_softmax_cross_entropy(shape, scale, threads):
+    batch, classes = shape
+    rng = np.random.default_rng()
+    x = (scale * rng.standard_normal(shape)).astype(np.float32)
+    x += np.float32(rng.uniform(-100, 100))  # a shift: logsumexp must not overflow
+    t = rng.integers(0, classes, batch).astype(np.int32)
+    xp = cudl.xp
+    loss, grad = cudl.poisoned(batch), cudl.poisoned(shape)
+    rows_per_block = threads // 32
+    cudl.load(SCE, "softmax_cross_entropy")(((batch + rows_per_block - 1) // rows_per_block,), (threads,),
+                                           (xp.asarray(x), xp.asarray(t), loss, grad, batch, classes))
+    ref_loss, ref_grad = softmax_ce64(x, t)
+    # the loss is a difference of two numbers as large as the logits: its error scales with them
+    c = compare(cudl.to_numpy(loss) / (1 + np.abs(x).max()), ref_loss / (1 + np.abs(x).max()), rtol=1e-5)
+    assert c.ok, f"loss: {c}"
+    c = compare(grad, ref_grad, rtol=1e-5)
+    assert c.ok, f"dlogits: {c}"
+    assert np.allclose(cudl.to_numpy(grad).sum(axis=1), 0, atol=1e-6 / batch)  # softmax sums to 1
+
+
+def test_softmax_cross_entropy_bad_target():
+    """A target outside [0, classes) gives loss NaN and the plain softmax / batch as its gradient."""
+    batch, classes = 4, 9
+    rng = np.random.default_rng()
+    x = rng.standard_normal((batch, classes)).astype(np.float32)
+    t = np.array([0, classes, -1, classes - 1], np.int32)
+    xp = cudl.xp
+    loss, grad = cudl.poisoned(batch), cudl.poisoned((batch, classes))
+    cudl.load(SCE, "softmax_cross_entropy")((1,), (128,), (xp.asarray(x), xp.asarray(t), loss, grad,
+                                                          batch, classes))
+    got = cudl.to_numpy(loss)
+    assert np.isnan(got[1]) and np.isnan(got[2]) and np.isfinite(got[[0, 3]]).all()
+    x64 = x.astype(np.float64)
+    soft = np.exp(x64 - x64.max(axis=1, keepdims=True))
+    soft /= soft.sum(axis=1, keepdims=True)
+    ref_loss, ref_grad = softmax_ce64(x, np.array([0, 0, 0, classes - 1]))
+    ref_grad[1:3] = soft[1:3] / batch
+    assert compare(grad, ref_grad, rtol=1e-5).ok
+    assert compare(got[[0, 3]], ref_loss[[0, 3]], rtol=1e-5).ok
+
+
+# ------------------------------------------------------------------------------------------------- AdamW
+def adamw64(p, g, m, v, *, lr, beta1, beta2, eps, weight_decay, step):
+    """torch.optim.AdamW's update (decoupled weight decay, bias-corrected moments) in float64."""
+    p = p * (1 - lr * weight_decay)
+    m = beta1 * m + (1 - beta1) * g
+    v = beta2 * v + (1 - beta2) * g * g
+    m_hat, v_hat = m / (1 - beta1**step), v / (1 - beta2**step)
+    return p - lr * m_hat / (np.sqrt(v_hat) + eps), m, v
+
+
+HYPER = [dict(lr=1e-2, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=0.1),
+         dict(lr=3e-3, beta1=0.8, beta2=0.99, eps=1e-6, weight_decay=0.0)]
+
+
+@pytest.mark.parametrize("hyper", HYPER, ids=["torch-defaults-wd0.1", "other"])
+@pytest.mark.parametrize("n, grid", [(1, 1), (1000, 4), (4099, 17)])
+def test_adamw_steps(n, grid, hyper):
+    """Six steps from m = v = 0 with fresh gradients, each checked against float64 from the start."""
+    rng = np.random.default_rng()
+    p64 = rng.standard_normal(n)
+    m64, v64 = np.zeros(n), np.zeros(n)
+    xp = cudl.xp
+    p = xp.asarray(p64.astype(np.float32))
+    m, v = xp.zeros(n, np.float32), xp.zeros(n, np.float32)
+    kern = cudl.load("09-training/adamw.cu", "adamw_step")
+    for step in range(1, 7):
+        g32 = (rng.standard_normal(n) * rng.uniform(0.01, 10)).astype(np.float32)
+        kern((grid,), (256,), (p, xp.asarray(g32), m, v, n, hyper["lr"], hyper["beta1"], hyper["beta2"],
+                               hyper["eps"], hyper["weight_decay"], step))
+        p64, m64, v64 = adamw64(p64, g32.astype(np.float64), m64, v64, step=step, **hyper)
+        for name, got, ref in (("p", p, p64), ("m", m, m64), ("v", v, v64)):
+            c = compare(got, ref, rtol=2e-5)
+            assert c.ok, f"step {step}, {name}: {c}"
+
+
+def test_adamw_late_step_and_poison():
+    """Step 1000 from given moments (bias corrections near 1), and a NaN beyond n stays untouched."""
+    n = 3000
+    rng = np.random.default_rng()
+    p0, g, m0 = (rng.standard_normal(n) for _ in range(3))
+    v0 = rng.uniform(0, 2, n)
+    xp = cudl.xp
+    bufs = [xp.asarray(np.append(a, np.nan).astype(np.float32)) for a in (p0, g, m0, v0)]
+    hyper = HYPER[0]
+    cudl.load("09-training/adamw.cu", "adamw_step")((3,), (256,), (*bufs, n, hyper["lr"], hyper["beta1"],
+                                                                    hyper["beta2"], hyper["eps"],
+                                                                    hyper["weight_decay"], 1000))
+    f32 = [a.astype(np.float32).astype(np.float64) for a in (p0, g, m0, v0)]
+    refs = adamw64(*f32, step=1000, **hyper)
+    for name, got, ref in zip("pmv", (bufs[0], bufs[2], bufs[3]), refs):
+        got = cudl.to_numpy(got)
+        assert np.isnan(got[n]), f"{name}[n] was written"
+        c = compare(got[:n], ref, rtol=2e-5)
+        assert c.ok, f"{name}: {c}"
+
+
+# ---------------------------------------------------------------------------------------------- bias_grad
+@pytest.mark.parametrize("shape", [(1, 1), (1, 257), (33, 1), (70, 300), (256, 10), (1000, 33)],
+                         ids=lambda s: f"{s[0]}x{s[1]}")
+def test_bias_grad(shape):
+    rows, cols = shape
+    dy = np.random.default_rng().standard_normal(shape).astype(np.float32)
+    db = cudl.poisoned(cols)
+    cudl.load("09-training/bias_grad.cu", "bias_grad")(((cols + 31) // 32,), (32, 8),
+                                                       (cudl.xp.asarray(dy), db, rows, cols))
+    c = compare(db, dy.astype(np.float64).sum(axis=0), rtol=1e-5)
+    assert c.ok, c
+
+
+def test_bias_grad_is_deterministic():
+    """No atomics: two launches give the same bits."""
+    dy = cudl.xp.asarray(np.random.default_rng().standard_normal((300, 70)).astype(np.float32))
+    k = cudl.load("09-training/bias_grad.cu", "bias_grad")
+    a, b = cudl.poisoned(70), cudl.poisoned(70)
+    k((3,), (32, 8), (dy, a, 300, 70))
+    k((3,), (32, 8), (dy, b, 300, 70))
+    assert np.array_equal(cudl.to_numpy(a), cudl.to_numpy(b))
+
+
+# ------------------------------------------------------------------------------------------------- gather
+@pytest.mark.parametrize("grid", [1, 64])
+@pytest.mark.parametrize("dataset, batch, cols", [(1, 1, 1), (97, 37, 33), (500, 128, 64), (50, 3, 1)])
+def test_gather_rows_and_labels(dataset, batch, cols, grid):
+    rng = np.random.default_rng()
+    data = rng.standard_normal((dataset, cols)).astype(np.float32)
+    labels = rng.integers(0, 10, dataset).astype(np.int32)
+    index = rng.integers(0, dataset, batch).astype(np.int32)  # with repeats, like sampling
+    xp = cudl.xp
+    out, out_labels = cudl.poisoned((batch, cols)), cudl.poisoned(batch, np.int32)
+    idx = xp.asarray(index)
+    cudl.load("09-training/gather_rows.cu", "gather_rows")((grid,), (256,), (xp.asarray(data), idx, out,
+                                                                            batch, cols))
+    cudl.load("09-training/gather_rows.cu", "gather_labels")((grid,), (256,), (xp.asarray(labels), idx,
+                                                                              out_labels, batch))
+    assert np.array_equal(cudl.to_numpy(out), data[index])
+    assert np.array_equal(cudl.to_numpy(out_labels), labels[index])
