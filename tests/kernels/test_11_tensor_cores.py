@@ -1,0 +1,71 @@
+"""Chapter 11 kernels (fp16 in, fp32 accumulate) against a float64 NumPy product.
+
+Fresh random fp16 inputs, NaN-poisoned outputs (with a NaN guard after C), sizes that are multiples of
+each kernel's tile (the kernels document that requirement and do not check it). Runs on the CPU emulator
+by default (tests/conftest.py) and on a GPU under `make gpu-test`. The sm_75 paths (m16n8k8, copies
+without cp.async) are forced with -DHGEMM_SM75, so the emulator (sm_80) runs them too.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import cudl
+
+GUARD = 64  # NaN elements after C
+# relative error by norm: fp32 accumulation of exact fp16 products stays near 1e-6; 1e-3 is the fp16 range
+TOL = 1e-3
+
+# kernel: (threads per block, (rows, cols) of C per block, K step), as in each file's header
+LAUNCH = {
+    "hgemm_1_wmma": (128, (64, 64), 32),
+    "hgemm_2_mma_ldmatrix": (256, (128, 128), 32),
+    "hgemm_3_cp_async": (256, (128, 128), 32),
+}
+SHAPES = {  # (M, N, K): one block, and several blocks in both directions with several K steps
+    "hgemm_1_wmma": [(64, 64, 64), (128, 192, 96)],
+    "hgemm_2_mma_ldmatrix": [(128, 128, 32), (256, 128, 96)],
+    "hgemm_3_cp_async": [(128, 128, 32), (128, 256, 160)],
+}
+CASES = [(k, s) for k, shapes in SHAPES.items() for s in shapes]
+
+
+def relative_error(name: str, M: int, N: int, K: int, options=(), k_arg: int | None = None) -> float:
+    """Launch `name` on fresh M x K and K x N inputs (passing `k_arg` as K if given); error by norm."""
+    threads, (bm, bn), bk = LAUNCH[name]
+    assert M % bm == 0 and N % bn == 0 and K % bk == 0
+    kernel = cudl.load(f"11-tensor-cores/{name}.cu", name, options=options)
+    rng = np.random.default_rng()
+    a = rng.standard_normal((M, K)).astype(np.float16)
+    b = rng.standard_normal((K, N)).astype(np.float16)
+    c_buf = cudl.poisoned(M * N + GUARD)
+    kernel((N // bn, M // bm), threads, (M, N, k_arg or K, cudl.xp.asarray(a), cudl.xp.asarray(b), c_buf))
+    cudl.sync()
+    out = cudl.to_numpy(c_buf)
+    got = out[: M * N].reshape(M, N).astype(np.float64)
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    assert not np.isnan(got).any(), f"{name} {M}x{N}x{K}: {np.isnan(got).sum()} elements of C not written"
+    assert np.isnan(out[M * N:]).all(), f"{name} wrote past the end of C"
+    return float(np.linalg.norm(got - ref) / np.linalg.norm(ref))
+
+
+def run_and_check(name: str, M: int, N: int, K: int, options=()) -> None:
+    err = relative_error(name, M, N, K, options)
+    assert err < TOL, f"{name} {M}x{N}x{K}: relative error {err:.2e}"
+
+
+@pytest.mark.parametrize("name,shape", CASES, ids=[f"{k}-{'x'.join(map(str, s))}" for k, s in CASES])
+def test_hgemm(name, shape):
+    run_and_check(name, *shape)
+
+
+@pytest.mark.parametrize("name", ["hgemm_2_mma_ldmatrix", "hgemm_3_cp_async"])
+def test_hgemm_sm75_path(name):
+    run_and_check(name, *SHAPES[name][1], options=("-DHGEMM_SM75",))
+
+
+def test_wrong_result_is_caught():
+    """The check can fail: a launch whose K loop stops one step early (K = 64 passed for K = 96) is far
+    outside the tolerance."""
+    assert relative_error("hgemm_2_mma_ldmatrix", 128, 128, 96, k_arg=64) > 10 * TOL
