@@ -31,11 +31,13 @@ SHAPES = {  # (M, N, K): one block, and several blocks in both directions with s
 CASES = [(k, s) for k, shapes in SHAPES.items() for s in shapes]
 
 
-def relative_error(name: str, M: int, N: int, K: int, options=(), k_arg: int | None = None) -> float:
-    """Launch `name` on fresh M x K and K x N inputs (passing `k_arg` as K if given); error by norm."""
+def relative_error(name: str, M: int, N: int, K: int, options=(), k_arg: int | None = None,
+                   source: str | None = None) -> float:
+    """Launch `name` (from its file, or `source`) on fresh M x K and K x N inputs (passing `k_arg` as K if
+    given); the relative error of C by norm (NaN if C holds NaN)."""
     threads, (bm, bn), bk = LAUNCH[name]
     assert M % bm == 0 and N % bn == 0 and K % bk == 0
-    kernel = cudl.load(f"11-tensor-cores/{name}.cu", name, options=options)
+    kernel = cudl.load(source or f"11-tensor-cores/{name}.cu", name, options=options)
     rng = np.random.default_rng()
     a = rng.standard_normal((M, K)).astype(np.float16)
     b = rng.standard_normal((K, N)).astype(np.float16)
@@ -45,13 +47,13 @@ def relative_error(name: str, M: int, N: int, K: int, options=(), k_arg: int | N
     out = cudl.to_numpy(c_buf)
     got = out[: M * N].reshape(M, N).astype(np.float64)
     ref = a.astype(np.float64) @ b.astype(np.float64)
-    assert not np.isnan(got).any(), f"{name} {M}x{N}x{K}: {np.isnan(got).sum()} elements of C not written"
     assert np.isnan(out[M * N:]).all(), f"{name} wrote past the end of C"
     return float(np.linalg.norm(got - ref) / np.linalg.norm(ref))
 
 
 def run_and_check(name: str, M: int, N: int, K: int, options=()) -> None:
     err = relative_error(name, M, N, K, options)
+    assert not np.isnan(err), f"{name} {M}x{N}x{K}: C holds NaN (unwritten elements or unloaded tiles)"
     assert err < TOL, f"{name} {M}x{N}x{K}: relative error {err:.2e}"
 
 
@@ -69,3 +71,41 @@ def test_wrong_result_is_caught():
     """The check can fail: a launch whose K loop stops one step early (K = 64 passed for K = 96) is far
     outside the tolerance."""
     assert relative_error("hgemm_2_mma_ldmatrix", 128, 128, 96, k_arg=64) > 10 * TOL
+
+
+# Plausible mistakes, made by editing one line of a kernel file: the check must reject each.
+MUTANTS = {
+    "wmma-b-col-major": ("hgemm_1_wmma", "__half, wmma::row_major> b[2]", "__half, wmma::col_major> b[2]"),
+    "a-fragment-halves-swapped": ("hgemm_2_mma_ldmatrix", "k = kk + (lane / 16) * 8;",
+                                  "k = kk + (1 - lane / 16) * 8;"),
+    "b-registers-swapped": ("hgemm_2_mma_ldmatrix", ': "=r"(b[j][0]), "=r"(b[j][1]), "=r"(b[j + 1][0]),',
+                            ': "=r"(b[j][0]), "=r"(b[j + 1][0]), "=r"(b[j][1]),'),
+    "unswizzled-store": ("hgemm_2_mma_ldmatrix", "&As[a_off(r, k)]) =", "&As[r * BK + k]) ="),
+    "no-wait-group": ("hgemm_3_cp_async", "        wait_oldest();    //", "        //"),
+    "wait-group-too-loose": ("hgemm_3_cp_async", '"n"(STAGES - 2)', '"n"(STAGES - 1)'),
+    "no-barrier-after-stores": ("hgemm_2_mma_ldmatrix", "        }\n        __syncthreads();\n",
+                                "        }\n"),
+    "no-barrier-before-overwrite": ("hgemm_2_mma_ldmatrix", "        __syncthreads();  // before", "//"),
+}
+# right by luck of order on the emulator: its race check must stop them
+RACES = {"no-barrier-after-stores", "no-barrier-before-overwrite"}
+
+
+@pytest.mark.parametrize("mutant", MUTANTS)
+def test_mutant_is_rejected(mutant, monkeypatch):
+    from cudl.compile import KERNELS_DIR
+
+    if mutant in RACES:
+        if cudl.on_gpu():
+            pytest.skip("a missing barrier shows on a GPU only by chance")
+        monkeypatch.setenv("CUDL_EMULATOR_RACECHECK", "1")
+
+    name, old, new = MUTANTS[mutant]
+    src = (KERNELS_DIR / "11-tensor-cores" / f"{name}.cu").read_text()
+    assert src.count(old) == 1, f"mutant {mutant}: the line to edit is no longer in {name}.cu"
+    M, N, K = SHAPES[name][1]
+    try:
+        err = relative_error(name, M, N, K, source=src.replace(old, new))
+    except cudl.KernelFault:  # e.g. the race check stops a launch without its barrier
+        return
+    assert not err < TOL, f"mutant {mutant} passes (relative error {err:.2e})"
