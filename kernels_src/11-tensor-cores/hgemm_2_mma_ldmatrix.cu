@@ -5,13 +5,14 @@
 // accumulators per thread). Per 32-wide step of K the block copies a 128 x 32 tile of A
 // and a 32 x 128 tile of B into shared memory (16-byte vectors), and each warp loads its
 // fragments with ldmatrix.x4 (A) and ldmatrix.x4.trans (B, stored k-major). Shared tiles
-// are XOR-swizzled by 16-byte chunk: A chunk c of row r sits at c ^ ((r / 2) % 4), B chunk
-// c of row k at c ^ (k % 8), so the 8 rows that one ldmatrix matrix reads hit 8 different
-// groups of 4 banks (no bank conflicts, no padding).
+// are XOR-swizzled by 16-byte chunk: A chunk c of row r sits at c ^ ((r / 2) % 4), B
+// chunk c of row k at c ^ (k % 8), so the 8 rows that one ldmatrix matrix reads hit 8
+// different groups of 4 banks (no bank conflicts, no padding).
 // sm_80+: mma.sync.m16n8k16; sm_75 (T4): two mma.sync.m16n8k8 per k16 step on the same
 // registers (define HGEMM_SM75 to force that path on any GPU, e.g. in a test).
-// Limit: loads and math alternate (one stage, two barriers per step): about half of the
-// Tensor Core peak at best.
+// Limit: loads and math still alternate (one stage, two barriers per step, copies through
+// registers), so every step waits for global memory; the gain over WMMA is the 128 x 128
+// tile (twice the reuse) and conflict-free fragment loads.
 // Launch: block 256, grid (N / 128, M / 128). Requires M, N multiples of 128 and K a
 // multiple of 32 (no bounds checks); A, B, C 16-byte aligned.
 
@@ -37,7 +38,8 @@ __device__ __forceinline__ unsigned smem_addr(const void* p) {
 }
 
 // d += a b for one 16 x 8 tile, k = 16: a is 4 registers (2 halves each), b is 2.
-__device__ __forceinline__ void mma_16x8x16(float* d, const unsigned* a, const unsigned* b) {
+__device__ __forceinline__ void mma_16x8x16(float* d, const unsigned* a,
+                                            const unsigned* b) {
 #ifdef HGEMM_K16
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
                  "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
@@ -79,7 +81,8 @@ hgemm_2_mma_ldmatrix(int M, int N, int K, const __half* __restrict__ A,
             unsigned a[4][4], b[4][2];
             for (int i = 0; i < 4; i++) {  // lanes 0-15: rows at k, lanes 16-31: at k + 8
                 int r = wm + 16 * i + lane % 16, k = kk + (lane / 16) * 8;
-                asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 "
+                             "{%0,%1,%2,%3}, [%4];\n"
                              : "=r"(a[i][0]), "=r"(a[i][1]), "=r"(a[i][2]), "=r"(a[i][3])
                              : "r"(smem_addr(&As[a_off(r, k)])));
             }
@@ -96,11 +99,13 @@ hgemm_2_mma_ldmatrix(int M, int N, int K, const __half* __restrict__ A,
         }
         __syncthreads();  // before the next step overwrites the tiles
     }
-    const int g = lane / 4, t = lane % 4;  // accumulator layout: rows g, g + 8; cols 2t, 2t+1
+    // accumulator layout: rows g and g + 8, columns 2t and 2t + 1 of each 16 x 8 tile
+    const int g = lane / 4, t = lane % 4;
     for (int i = 0; i < 4; i++)
         for (int j = 0; j < 4; j++) {
             size_t r = row0 + wm + 16 * i + g, n = col0 + wn + 8 * j + 2 * t;
-            *reinterpret_cast<float2*>(&C[r * N + n]) = make_float2(acc[i][j][0], acc[i][j][1]);
+            *reinterpret_cast<float2*>(&C[r * N + n]) =
+                make_float2(acc[i][j][0], acc[i][j][1]);
             *reinterpret_cast<float2*>(&C[(r + 8) * N + n]) =
                 make_float2(acc[i][j][2], acc[i][j][3]);
         }
