@@ -109,3 +109,28 @@ def test_mutant_is_rejected(mutant, monkeypatch):
     except cudl.KernelFault:  # e.g. the race check stops a launch without its barrier
         return
     assert not err < TOL, f"mutant {mutant} passes (relative error {err:.2e})"
+
+
+UNSWIZZLE = [("return r * BK + ((((k >> 3) ^ (r >> 1)) & 3) << 3) + (k & 7);", "return r * BK + k;"),
+             ("return k * BN + ((((n >> 3) ^ k) & 7) | ((n >> 3) & ~7)) * 8 + (n & 7);",
+              "return k * BN + n;")]
+
+
+@pytest.mark.parametrize("name,swizzled", [("hgemm_2_mma_ldmatrix", True), ("hgemm_3_cp_async", True),
+                                           ("hgemm_2_mma_ldmatrix", False)])
+def test_ldmatrix_bank_conflicts(name, swizzled):
+    """The XOR swizzle makes every ldmatrix conflict-free (counted by the emulator's counters, one wavefront
+    per request); the same kernel with plain row-major tiles is still right but has conflicts."""
+    from cudl.compile import KERNELS_DIR
+
+    src = (KERNELS_DIR / "11-tensor-cores" / f"{name}.cu").read_text()
+    if not swizzled:
+        for old, new in UNSWIZZLE:
+            assert src.count(old) == 1, f"{name}.cu: {old}"
+            src = src.replace(old, new)
+    a = np.ones((128, 32), np.float16)
+    b = np.ones((32, 128), np.float16)
+    c = cudl.counters(cudl.load(src, name), (1, 1), LAUNCH[name][0],
+                      (128, 128, 32, a, b, cudl.poisoned(128 * 128)))
+    ways = c.shared_ways("load")
+    assert (ways == 1.0) if swizzled else (ways >= 2.0), f"{name} swizzled={swizzled}: {ways}-way loads"
