@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from cudl.compile import ARCHS, KERNELS_DIR, ROOT, nvrtc_compile, resolve
+from cudl.errors import CompileError
 from cudl.grade.extract import graded_sources
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -84,7 +85,13 @@ def test_nvrtc12_is_cuda_12():
 @pytest.mark.parametrize("path", KERNELS)
 def test_compiles_with_nvrtc12_for_t4(path):
     src, shown = resolve(path)
-    nvrtc12.compile_cubin(src, shown, "sm_75", name_expressions=tuple(sorted(name_expressions().get(path, ()))))
+    try:
+        nvrtc12.compile_cubin(src, shown, "sm_75",
+                              name_expressions=tuple(sorted(name_expressions().get(path, ()))))
+    except CompileError as exc:  # the pip wheel's mma.h includes crt/mma.h, which no CUDA 12 wheel ships
+        if 'cannot open source file "crt/' in str(exc):
+            pytest.skip("nvidia-cuda-runtime-cu12 lacks crt/ headers (Colab's CUDA toolkit has them)")
+        raise
 
 
 @needs_nvrtc12

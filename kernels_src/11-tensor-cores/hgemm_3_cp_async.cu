@@ -1,0 +1,147 @@
+// hgemm_3_cp_async: hgemm_2_mma_ldmatrix (mma.sync + ldmatrix from XOR-swizzled shared
+// memory, 128 x 128 tile per block of 8 warps, each warp 64 x 32; __half in, float out,
+// fp32 accumulate, row-major A M x K, B K x N, C M x N) with a STAGES-deep pipeline of
+// asynchronous copies. cp.async (sm_80+) moves 16 bytes from global to shared memory
+// without passing through registers; the copies of one K step form a commit_group. While
+// the warps multiply the tiles of step k, the copies of steps k + 1 ... k + STAGES - 1
+// are in flight; wait_group STAGES - 2 retires the oldest group only, then one barrier
+// makes its tile visible to the block and frees the slot read in the previous step.
+// sm_75 (T4): m16n8k8 and plain 16-byte copies in the same slot order (the pipeline then
+// hides nothing; define HGEMM_SM75 to force that path on any GPU, e.g. in a test).
+// Limit: one barrier per K step, a plain epilogue, and 3 stages x 16 KiB = 48 KiB of
+// static shared memory cap the tile and the depth: the chapter's target is 60% of cuBLAS
+// at 4096^3 on the H100 (cuBLAS adds larger tiles, deeper pipelines, wgmma and TMA).
+// Launch: block 256, grid (N / 128, M / 128). Requires M, N multiples of 128 and K a
+// multiple of 32 (no bounds checks); A, B, C 16-byte aligned.
+
+#include <cuda_fp16.h>
+
+#define BM 128
+#define BN 128
+#define BK 32
+#define STAGES 3
+
+#if __CUDA_ARCH__ >= 800 && !defined(HGEMM_SM75)
+#define HGEMM_SM80 1
+#endif
+
+// Offsets (in halves) of element (r, k) of an A tile and (k, n) of a B tile (16-byte
+// chunks XOR-swizzled against bank conflicts of ldmatrix, as in hgemm_2).
+__device__ __forceinline__ int a_off(int r, int k) {
+    return r * BK + ((((k >> 3) ^ (r >> 1)) & 3) << 3) + (k & 7);
+}
+__device__ __forceinline__ int b_off(int k, int n) {
+    return k * BN + ((((n >> 3) ^ k) & 7) | ((n >> 3) & ~7)) * 8 + (n & 7);
+}
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+    return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
+// 16 bytes global -> shared; commit closes the group of this thread's copies issued so
+// far, wait leaves at most STAGES - 2 groups in flight.
+__device__ __forceinline__ void copy16(__half* dst, const __half* src) {
+#ifdef HGEMM_SM80
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n"
+                 :: "r"(smem_addr(dst)), "l"(src));
+#else
+    *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
+#endif
+}
+__device__ __forceinline__ void commit() {
+#ifdef HGEMM_SM80
+    asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+__device__ __forceinline__ void wait_oldest() {
+#ifdef HGEMM_SM80
+    asm volatile("cp.async.wait_group %0;\n" :: "n"(STAGES - 2) : "memory");
+#endif
+}
+
+// d += a b for one 16 x 8 tile, k = 16 (as in hgemm_2).
+__device__ __forceinline__ void mma_16x8x16(float* d, const unsigned* a,
+                                            const unsigned* b) {
+#ifdef HGEMM_SM80
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 "
+                 "{%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(b[0]));
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 "
+                 "{%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[2]), "r"(a[3]), "r"(b[1]));
+#endif
+}
+
+extern "C" __global__ void __launch_bounds__(256)
+hgemm_3_cp_async(int M, int N, int K, const __half* __restrict__ A,
+                 const __half* __restrict__ B, float* __restrict__ C) {
+    __shared__ __align__(128) __half As[STAGES][BM * BK];
+    __shared__ __align__(128) __half Bs[STAGES][BK * BN];
+    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+    const int wm = (warp / 4) * 64, wn = (warp % 4) * 32;  // the warp's 64 x 32 tile
+    const int row0 = blockIdx.y * BM, col0 = blockIdx.x * BN;
+    const int steps = K / BK;
+    float acc[4][4][4] = {};
+
+    // issue the copies of K step `step` into slot step % STAGES (2 + 2 chunks per thread)
+    auto load = [&](int step) {
+        const int s = step % STAGES, k0 = step * BK;
+        for (int c = tid; c < 512; c += 256) {
+            int r = c / 4, k = (c % 4) * 8;
+            copy16(&As[s][a_off(r, k)], &A[(size_t)(row0 + r) * K + k0 + k]);
+            int kb = c / 16, n = (c % 16) * 8;
+            copy16(&Bs[s][b_off(kb, n)], &B[(size_t)(k0 + kb) * N + col0 + n]);
+        }
+    };
+    for (int step = 0; step < STAGES - 1; step++) {  // prologue: STAGES - 1 groups
+        if (step < steps) load(step);
+        commit();  // an empty group keeps the count of groups in step with the K steps
+    }
+    for (int step = 0; step < steps; step++) {
+        wait_oldest();    // this thread's copies of `step` have landed
+        __syncthreads();  // everyone's have; and slot (step - 1) % STAGES is free again
+        if (step + STAGES - 1 < steps) load(step + STAGES - 1);
+        commit();
+        const __half* as = As[step % STAGES];
+        const __half* bs = Bs[step % STAGES];
+        for (int kk = 0; kk < BK; kk += 16) {
+            unsigned a[4][4], b[4][2];
+            for (int i = 0; i < 4; i++) {  // lanes 0-15: rows at k, lanes 16-31: at k + 8
+                int r = wm + 16 * i + lane % 16, k = kk + (lane / 16) * 8;
+                asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 "
+                             "{%0,%1,%2,%3}, [%4];\n"
+                             : "=r"(a[i][0]), "=r"(a[i][1]), "=r"(a[i][2]), "=r"(a[i][3])
+                             : "r"(smem_addr(&as[a_off(r, k)])));
+            }
+            for (int j = 0; j < 4; j += 2) {  // two 8-wide column tiles per ldmatrix.x4
+                int k = kk + lane % 16, n = wn + 8 * j + (lane / 16) * 8;
+                asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 "
+                             "{%0,%1,%2,%3}, [%4];\n"
+                             : "=r"(b[j][0]), "=r"(b[j][1]), "=r"(b[j + 1][0]),
+                               "=r"(b[j + 1][1])
+                             : "r"(smem_addr(&bs[b_off(k, n)])));
+            }
+            for (int i = 0; i < 4; i++)
+                for (int j = 0; j < 4; j++) mma_16x8x16(acc[i][j], a[i], b[j]);
+        }
+    }
+#ifdef HGEMM_SM80
+    asm volatile("cp.async.wait_all;\n" ::: "memory");  // only empty groups are left
+#endif
+    // accumulator layout: rows g and g + 8, columns 2t and 2t + 1 of each 16 x 8 tile
+    const int g = lane / 4, t = lane % 4;
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 4; j++) {
+            size_t r = row0 + wm + 16 * i + g, n = col0 + wn + 8 * j + 2 * t;
+            *reinterpret_cast<float2*>(&C[r * N + n]) =
+                make_float2(acc[i][j][0], acc[i][j][1]);
+            *reinterpret_cast<float2*>(&C[(r + 8) * N + n]) =
+                make_float2(acc[i][j][2], acc[i][j][3]);
+        }
+}

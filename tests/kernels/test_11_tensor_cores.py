@@ -1,0 +1,139 @@
+"""Chapter 11 kernels (fp16 in, fp32 accumulate) against a float64 NumPy product.
+
+Fresh random fp16 inputs, NaN-poisoned outputs (with a NaN guard after C), sizes that are multiples of
+each kernel's tile (the kernels document that requirement and do not check it). Runs on the CPU emulator
+by default (tests/conftest.py) and on a GPU under `make gpu-test`. The sm_75 paths (m16n8k8, copies
+without cp.async) are forced with -DHGEMM_SM75, so the emulator (sm_80) runs them too.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import cudl
+
+GUARD = 64  # NaN elements after C
+# relative error by norm: fp32 accumulation of exact fp16 products stays near 1e-6; 1e-3 is the fp16 range
+TOL = 1e-3
+
+# kernel: (threads per block, (rows, cols) of C per block, K step), as in each file's header
+LAUNCH = {
+    "hgemm_1_wmma": (128, (64, 64), 32),
+    "hgemm_2_mma_ldmatrix": (256, (128, 128), 32),
+    "hgemm_3_cp_async": (256, (128, 128), 32),
+}
+SHAPES = {  # (M, N, K): one block, and several blocks in both directions with several K steps
+    "hgemm_1_wmma": [(64, 64, 64), (128, 192, 96)],
+    "hgemm_2_mma_ldmatrix": [(128, 128, 32), (256, 128, 96)],
+    "hgemm_3_cp_async": [(128, 128, 32), (128, 256, 160)],
+}
+CASES = [(k, s) for k, shapes in SHAPES.items() for s in shapes]
+
+
+def relative_error(name: str, M: int, N: int, K: int, options=(), k_arg: int | None = None,
+                   source: str | None = None) -> float:
+    """Launch `name` (from its file, or `source`) on fresh M x K and K x N inputs (passing `k_arg` as K if
+    given); the relative error of C by norm (NaN if C holds NaN)."""
+    threads, (bm, bn), bk = LAUNCH[name]
+    assert M % bm == 0 and N % bn == 0 and K % bk == 0
+    kernel = cudl.load(source or f"11-tensor-cores/{name}.cu", name, options=options)
+    rng = np.random.default_rng()
+    a = rng.standard_normal((M, K)).astype(np.float16)
+    b = rng.standard_normal((K, N)).astype(np.float16)
+    c_buf = cudl.poisoned(M * N + GUARD)
+    kernel((N // bn, M // bm), threads, (M, N, k_arg or K, cudl.xp.asarray(a), cudl.xp.asarray(b), c_buf))
+    cudl.sync()
+    out = cudl.to_numpy(c_buf)
+    got = out[: M * N].reshape(M, N).astype(np.float64)
+    ref = a.astype(np.float64) @ b.astype(np.float64)
+    assert np.isnan(out[M * N:]).all(), f"{name} wrote past the end of C"
+    return float(np.linalg.norm(got - ref) / np.linalg.norm(ref))
+
+
+def run_and_check(name: str, M: int, N: int, K: int, options=()) -> None:
+    err = relative_error(name, M, N, K, options)
+    assert not np.isnan(err), f"{name} {M}x{N}x{K}: C holds NaN (unwritten elements or unloaded tiles)"
+    assert err < TOL, f"{name} {M}x{N}x{K}: relative error {err:.2e}"
+
+
+@pytest.mark.parametrize("name,shape", CASES, ids=[f"{k}-{'x'.join(map(str, s))}" for k, s in CASES])
+def test_hgemm(name, shape):
+    run_and_check(name, *shape)
+
+
+@pytest.mark.parametrize("name", ["hgemm_2_mma_ldmatrix", "hgemm_3_cp_async"])
+def test_hgemm_sm75_path(name):
+    run_and_check(name, *SHAPES[name][1], options=("-DHGEMM_SM75",))
+
+
+def test_wrong_result_is_caught():
+    """The check can fail: a launch whose K loop stops one step early (K = 64 passed for K = 96) is far
+    outside the tolerance."""
+    assert relative_error("hgemm_2_mma_ldmatrix", 128, 128, 96, k_arg=64) > 10 * TOL
+
+
+# Plausible mistakes, made by editing one line of a kernel file: the check must reject each.
+MUTANTS = {
+    "wmma-b-col-major": ("hgemm_1_wmma", "__half, wmma::row_major> b[2]", "__half, wmma::col_major> b[2]"),
+    "a-fragment-halves-swapped": ("hgemm_2_mma_ldmatrix", "k = kk + (lane / 16) * 8;",
+                                  "k = kk + (1 - lane / 16) * 8;"),
+    "b-registers-swapped": ("hgemm_2_mma_ldmatrix", ': "=r"(b[j][0]), "=r"(b[j][1]), "=r"(b[j + 1][0]),',
+                            ': "=r"(b[j][0]), "=r"(b[j + 1][0]), "=r"(b[j][1]),'),
+    "unswizzled-store": ("hgemm_2_mma_ldmatrix", "&As[a_off(r, k)]) =", "&As[r * BK + k]) ="),
+    "no-wait-group": ("hgemm_3_cp_async", "        wait_oldest();    //", "        //"),
+    "wait-group-too-loose": ("hgemm_3_cp_async", '"n"(STAGES - 2)', '"n"(STAGES - 1)'),
+    "no-barrier-after-stores": ("hgemm_2_mma_ldmatrix", "        }\n        __syncthreads();\n",
+                                "        }\n"),
+    "no-barrier-before-overwrite": ("hgemm_2_mma_ldmatrix", "        __syncthreads();  // before", "//"),
+    "no-barrier-sm75-path": ("hgemm_3_cp_async", "        __syncthreads();  // everyone", "        //"),
+}
+# right by luck of order on the emulator: its race check must stop them. The race check does not see the
+# writes of cp.async (they land inside wait_group), so kernel 3's missing barrier is caught on its sm_75 path.
+RACES = {"no-barrier-after-stores", "no-barrier-before-overwrite", "no-barrier-sm75-path"}
+OPTIONS = {"no-barrier-sm75-path": ("-DHGEMM_SM75",)}
+
+
+@pytest.mark.parametrize("mutant", MUTANTS)
+def test_mutant_is_rejected(mutant, monkeypatch):
+    from cudl.compile import KERNELS_DIR
+
+    if mutant in RACES:
+        if cudl.on_gpu():
+            pytest.skip("a missing barrier shows on a GPU only by chance")
+        monkeypatch.setenv("CUDL_EMULATOR_RACECHECK", "1")
+
+    name, old, new = MUTANTS[mutant]
+    src = (KERNELS_DIR / "11-tensor-cores" / f"{name}.cu").read_text()
+    assert src.count(old) == 1, f"mutant {mutant}: the line to edit is no longer in {name}.cu"
+    M, N, K = SHAPES[name][1]
+    try:
+        err = relative_error(name, M, N, K, OPTIONS.get(mutant, ()), source=src.replace(old, new))
+    except cudl.KernelFault:  # e.g. the race check stops a launch without its barrier
+        return
+    assert not err < TOL, f"mutant {mutant} passes (relative error {err:.2e})"
+
+
+UNSWIZZLE = [("return r * BK + ((((k >> 3) ^ (r >> 1)) & 3) << 3) + (k & 7);", "return r * BK + k;"),
+             ("return k * BN + ((((n >> 3) ^ k) & 7) | ((n >> 3) & ~7)) * 8 + (n & 7);",
+              "return k * BN + n;")]
+
+
+@pytest.mark.parametrize("name,swizzled", [("hgemm_2_mma_ldmatrix", True), ("hgemm_3_cp_async", True),
+                                           ("hgemm_2_mma_ldmatrix", False)])
+def test_ldmatrix_bank_conflicts(name, swizzled):
+    """The XOR swizzle makes every ldmatrix conflict-free (counted by the emulator's counters, one wavefront
+    per request); the same kernel with plain row-major tiles is still right but has conflicts."""
+    from cudl.compile import KERNELS_DIR
+
+    src = (KERNELS_DIR / "11-tensor-cores" / f"{name}.cu").read_text()
+    if not swizzled:
+        for old, new in UNSWIZZLE:
+            assert src.count(old) == 1, f"{name}.cu: {old}"
+            src = src.replace(old, new)
+    a = np.ones((128, 32), np.float16)
+    b = np.ones((32, 128), np.float16)
+    c = cudl.counters(cudl.load(src, name), (1, 1), LAUNCH[name][0],
+                      (128, 128, 32, a, b, cudl.poisoned(128 * 128)))
+    ways = c.shared_ways("load")
+    assert (ways == 1.0) if swizzled else (ways >= 2.0), f"{name} swizzled={swizzled}: {ways}-way loads"
