@@ -284,3 +284,14 @@ def test_two_grading_processes_side_by_side():
     assert jobs[0].verdict.status == "PASS", jobs[0].verdict.line
     v = _combine(g, [jobs[0].verdict, jobs[1].verdict], "")
     assert v.status == "CRASH" and "__syncthreads()" in v.line and v.line.endswith("right numbers this time]")
+
+
+SLOW_VARIANTS = sorted((Path(__file__).parent / "gpu" / "slow_variants").rglob("*.cu"))
+
+
+@pytest.mark.parametrize("path", SLOW_VARIANTS, ids=lambda p: f"{p.parent.name}/{p.stem}")
+def test_slow_variant_is_correct(path):
+    """tests/gpu/time_challenges.py times these against the speed factors: each must be a right answer (PASS
+    here and on a GPU's correctness cases), so that only its speed can make it SLOW."""
+    verdict = run(path.name.split("__")[0], path.read_text(), quiet=True)
+    assert verdict.status in (("PASS", "SLOW") if ON_GPU else ("PASS",)), verdict.line
