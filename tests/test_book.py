@@ -79,6 +79,33 @@ def test_toc_entries_exist() -> None:
     assert not missing, f"_toc.yml lists files that do not exist: {missing}"
 
 
+# --- code shown on the site -----------------------------------------------------------------------
+
+# cudl.show prints kernel files as they are: a longer line scrolls sideways on the site (STYLE.md).
+CODE_WIDTH = 90
+# Other kernels_src/ files a page shows by a literal path: cudl.show("07-fusion/x.py"), show_part(...)
+_SHOWN = re.compile(r"""\bshow(?:_part)?\(\s*["']([\w./-]+\.\w+)["']""")
+
+
+def shown_kernel_files() -> list[Path]:
+    """Every .cu/.cuh file of kernels_src/, and any other kernels_src/ file a chapter shows by path."""
+    kernels = ROOT / "kernels_src"
+    files = {p for pattern in ("*.cu", "*.cuh") for p in kernels.rglob(pattern)}
+    for page in ROOT.glob("chapters/*.md"):
+        files |= {kernels / name for name in _SHOWN.findall(page.read_text()) if (kernels / name).is_file()}
+    return sorted(files)
+
+
+def test_shown_code_fits_the_page() -> None:
+    """No line of a kernel file is wider than CODE_WIDTH columns."""
+    files = shown_kernel_files()
+    assert any(p.suffix == ".py" for p in files), "the show_part pattern no longer finds triton_rows.py"
+    wide = [f"{p.relative_to(ROOT)}:{i}: {len(line)} columns" for p in files
+            for i, line in enumerate(p.read_text().splitlines(), 1) if len(line) > CODE_WIDTH]
+    assert not wide, (f"lines wider than {CODE_WIDTH} columns (break the parameter list or the "
+                      "expression, move a trailing comment above its line):\n" + "\n".join(wide))
+
+
 # --- the Scoreboard page --------------------------------------------------------------------------
 
 
