@@ -4,8 +4,8 @@
 // so the lanes combine theirs with shuffles.
 // A second sweep writes exp(x - m) / d. One warp per row, fp32.
 // Limit: two sweeps over the row instead of three. DRAM sees 2 floats per element if the
-// second sweep finds the row in L1/L2, 3 if it misses (two reads and a write), as most
-// rereads do with thousands of rows in progress at once; version 1 then moves 4. So
+// second sweep finds the row in L1/L2, 3 if it misses (two reads and a write), which most
+// rereads will with thousands of rows in progress at once; version 1 then moves 4. So
 // expect at most two thirds of the copy bandwidth.
 // Launch: blockDim.x a multiple of 32 (blockDim.x / 32 rows per block),
 // grid = ceil(rows / warps).
