@@ -33,28 +33,42 @@ def reference(q: Any, k: Any, v: Any, causal: bool, scale: float | None = None) 
     return np.einsum("bij,bjd->bid", p / l_sum, v), (m + np.log(l_sum))[..., 0]
 
 
-def flash_kernel(head_dim: int, *, warps: int = 4, bc: int = 64, sm75: bool = False,
-                 source: str | None = None) -> Any:
-    """flash_attn_2_mma compiled for one head dimension and tile shape (or from `source`, e.g. a variant)."""
-    opts = [f"-DHEAD_DIM={head_dim}", f"-DWARPS={warps}", f"-DBC={bc}"] + (["-DFLASH_SM75"] if sm75 else [])
-    return cudl.load(source or f"{D}/flash_attn_2_mma.cu", "flash_attn_2_mma", options=opts)
+# kernel: query rows per warp, and whether Q has its own BR x D tile in shared memory
+FLASH = {"flash_attn_2_mma": (16, False), "flash_attn_3_32rows": (32, True)}
 
 
-def flash_launch(kernel: Any, q: Any, k: Any, v: Any, o: Any, lse: Any, causal: bool, *, warps: int = 4,
-                 bc: int = 64, scale: float | None = None) -> None:
-    """Launch a flash_attn_2_mma build (`flash_kernel(d, warps=, bc=)`) writing o and lse."""
+def flash_kernel(name: str, head_dim: int, *, warps: int = 4, bc: int = 64, sm75: bool = False,
+                 source: str | None = None, options: tuple[str, ...] = ()) -> Any:
+    """A flash kernel of the chapter compiled for one head dimension and tile shape (or from `source`)."""
+    opts = [f"-DHEAD_DIM={head_dim}", f"-DWARPS={warps}", f"-DBC={bc}", *options]
+    opts += ["-DFLASH_SM75"] if sm75 else []
+    k = cudl.load(source or f"{D}/{name}.cu", name, options=opts)
+    k.tile = (warps, bc)
+    return k
+
+
+def flash_shape(kernel: Any, S: int, bh: int, d: int) -> tuple[tuple[int, int], int, int]:
+    """(grid, threads, dynamic shared bytes) of a flash_kernel build."""
+    warps, bc = kernel.tile
+    rows, q_tile = FLASH[kernel.name]
+    br = rows * warps
+    return (cdiv(S, br), bh), 32 * warps, ((br if q_tile else 0) + 4 * bc) * d * 2
+
+
+def flash_launch(kernel: Any, q: Any, k: Any, v: Any, o: Any, lse: Any, causal: bool,
+                 scale: float | None = None) -> None:
+    """Launch a flash_kernel build writing o ([BH, S, D] fp16) and lse ([BH, S] float32)."""
     bh, S, d = q.shape
     scale = scale if scale is not None else 1 / math.sqrt(d)
-    kernel((cdiv(S, 16 * warps), bh), 32 * warps, (S, np.float32(scale), int(causal), q, k, v, o, lse),
-           shared_mem=4 * bc * d * 2)
+    grid, threads, smem = flash_shape(kernel, S, bh, d)
+    kernel(grid, threads, (S, np.float32(scale), int(causal), q, k, v, o, lse), shared_mem=smem)
 
 
-def flash_attention(q: Any, k: Any, v: Any, causal: bool, *, warps: int = 4, bc: int = 64,
-                    sm75: bool = False) -> tuple[Any, Any]:
-    """O and LSE of flash_attn_2_mma, written into NaN-poisoned arrays."""
+def flash_attention(name: str, q: Any, k: Any, v: Any, causal: bool, **build: Any) -> tuple[Any, Any]:
+    """O and LSE of a flash kernel, written into NaN-poisoned arrays; `build`: flash_kernel's options."""
     bh, S, d = q.shape
     o, lse = cudl.poisoned((bh, S, d), np.float16), cudl.poisoned((bh, S))
-    flash_launch(flash_kernel(d, warps=warps, bc=bc, sm75=sm75), q, k, v, o, lse, causal, warps=warps, bc=bc)
+    flash_launch(flash_kernel(name, d, **build), q, k, v, o, lse, causal)
     return o, lse
 
 
