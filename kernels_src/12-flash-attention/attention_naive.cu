@@ -1,13 +1,12 @@
-// attention_naive: the two products of attention with the S x S matrix in memory, for BH =
-// batch x heads independent heads, Q, K, V, O row-major [BH, S, D] __half:
-//   attention_scores: P = scale Q K^T as float [BH, S, S], -inf where causal and key > query
+// attention_naive: the two products of attention with the S x S matrix in memory, for
+// BH = batch x heads independent heads, Q, K, V, O row-major [BH, S, D] __half:
+//   attention_scores: P = scale Q K^T as float [BH, S, S], -inf if causal and key > query
 //   attention_pv:     O = P V (P float [BH, S, S], already softmaxed row by row)
-// Between the two, 07-fusion/fused_rows.cu's softmax<float> normalises the BH S rows of P
-// in place of a third kernel here. One thread per output element, fp32 accumulate.
-// Limit: the S x S matrix costs 4 S^2 bytes per head, written once and read twice (the
-// softmax reads and writes it, P V reads it): at S = 4096 that is 64 MiB per head, the
-// memory FlashAttention never allocates; the products themselves are CUDA-core loops with
-// no data reuse in shared memory, far below Tensor Core rates.
+// Between the two, 07-fusion/fused_rows.cu's softmax<float> normalises the BH S rows of
+// the scores into a second S x S buffer. One thread per output element, fp32 accumulate.
+// Limit: scores and probabilities cost 8 S^2 bytes per head, each written once and read
+// once: at S = 4096 that is 128 MiB per head, the memory FlashAttention never allocates;
+// the products are CUDA-core loops without shared-memory reuse, far below Tensor Cores.
 // Launch: attention_scores block (32, 8), grid (ceil(S / 32), ceil(S / 8), BH);
 // attention_pv block (32, 8), grid (ceil(D / 32), ceil(S / 8), BH).
 
@@ -19,7 +18,7 @@ extern "C" __global__ void attention_scores(int S, int D, float scale, int causa
                                             const __half* __restrict__ Q,
                                             const __half* __restrict__ K,
                                             float* __restrict__ P) {
-    const int key = blockIdx.x * blockDim.x + threadIdx.x;  // consecutive threads: one row
+    const int key = blockIdx.x * blockDim.x + threadIdx.x;  // a warp: 32 keys of one row
     const int row = blockIdx.y * blockDim.y + threadIdx.y;
     if (key >= S || row >= S) return;
     const size_t head = (size_t)blockIdx.z * S;
@@ -39,6 +38,7 @@ extern "C" __global__ void attention_pv(int S, int D, const float* __restrict__ 
     const size_t head = (size_t)blockIdx.z * S;
     const float* p = P + (head + row) * S;
     float acc = 0.f;
-    for (int key = 0; key < S; key++) acc += p[key] * __half2float(V[(head + key) * D + col]);
+    for (int key = 0; key < S; key++)
+        acc += p[key] * __half2float(V[(head + key) * D + col]);
     O[(head + row) * D + col] = __float2half_rn(acc);
 }

@@ -19,7 +19,8 @@
 // Limit: Tensor Core bound for long S; one warp per 16 rows re-reads each K/V tile from
 // shared memory once per warp, and loads and math share the same warps (no producer
 // warps, no wgmma): the chapter's target is 50% of PyTorch's SDPA on the H100 at d = 128.
-// Compile with -DHEAD_DIM=64 or 128 (default 128), -DWARPS (4), -DBC (64); BR <= 2 BC.
+// Compile with -DHEAD_DIM=64 or 128 (default 128), -DWARPS (4), -DBC (64),
+// -DMIN_BLOCKS (1); BR <= 2 BC.
 // Launch: block 32 * WARPS, grid (ceil(S / BR), BH), dynamic shared memory
 // 4 * BC * HEAD_DIM * 2 bytes (64 KiB at d = 128: above 48 KiB, the launcher opts in).
 // Q, K, V 16-byte aligned.
@@ -34,6 +35,9 @@
 #endif
 #ifndef BC
 #define BC 64
+#endif
+#ifndef MIN_BLOCKS  // blocks per SM that the registers must allow (__launch_bounds__)
+#define MIN_BLOCKS 1
 #endif
 #define D HEAD_DIM
 #define BR (16 * WARPS)
@@ -117,7 +121,7 @@ __device__ __forceinline__ unsigned pack_half2(float lo, float hi) {
     return *reinterpret_cast<unsigned*>(&h);
 }
 
-extern "C" __global__ void __launch_bounds__(THREADS)
+extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
 flash_attn_2_mma(int S, float scale, int causal, const __half* __restrict__ Q,
                  const __half* __restrict__ K, const __half* __restrict__ V,
                  __half* __restrict__ O, float* __restrict__ L) {

@@ -12,7 +12,8 @@
 // Limit: still one kind of warp doing loads, softmax and mma in turn, and mma.sync rather
 // than Hopper's wgmma: the chapter's target for its best kernel is 80% of PyTorch's SDPA
 // on the H100 at d = 128.
-// Compile with -DHEAD_DIM=64 or 128 (default 128), -DWARPS (4), -DBC (64).
+// Compile with -DHEAD_DIM=64 or 128 (default 128), -DWARPS (4), -DBC (64),
+// -DMIN_BLOCKS (1).
 // Launch: block 32 * WARPS, grid (ceil(S / (32 WARPS)), BH), dynamic shared memory
 // (32 WARPS + 4 BC) * HEAD_DIM * 2 bytes (96 KiB at d = 128, WARPS 4, BC 64).
 // Q, K, V 16-byte aligned.
@@ -27,6 +28,9 @@
 #endif
 #ifndef BC
 #define BC 64
+#endif
+#ifndef MIN_BLOCKS  // blocks per SM that the registers must allow (__launch_bounds__)
+#define MIN_BLOCKS 1
 #endif
 #define D HEAD_DIM
 #define BR (32 * WARPS)
@@ -110,7 +114,7 @@ __device__ __forceinline__ unsigned pack_half2(float lo, float hi) {
     return *reinterpret_cast<unsigned*>(&h);
 }
 
-extern "C" __global__ void __launch_bounds__(THREADS)
+extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
 flash_attn_3_32rows(int S, float scale, int causal, const __half* __restrict__ Q,
                     const __half* __restrict__ K, const __half* __restrict__ V,
                     __half* __restrict__ O, float* __restrict__ L) {

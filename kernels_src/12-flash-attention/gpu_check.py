@@ -95,6 +95,17 @@ def sdpa_backend_name(q, k, v, causal) -> str:
     return "; ".join(sorted({e.name[:90] for e in prof.events()}))
 
 
+FAST, MB3 = "--use_fast_math", "-DMIN_BLOCKS=3"
+SWEEP = [  # kernel, warps, BC, options
+    ("flash_attn_2_mma", 4, 64, ()), ("flash_attn_2_mma", 4, 64, (MB3,)), ("flash_attn_2_mma", 4, 32, (MB3,)),
+    ("flash_attn_2_mma", 8, 64, ()), ("flash_attn_2_mma", 4, 128, ()), ("flash_attn_2_mma", 4, 64, (FAST,)),
+    ("flash_attn_2_mma", 4, 32, (MB3, FAST)),
+    ("flash_attn_3_32rows", 4, 64, ()), ("flash_attn_3_32rows", 4, 32, ()), ("flash_attn_3_32rows", 8, 32, ()),
+    ("flash_attn_3_32rows", 2, 64, ()), ("flash_attn_3_32rows", 4, 64, (FAST,)),
+    ("flash_attn_3_32rows", 4, 32, (FAST,)),
+]
+
+
 def speed():
     bh, S, d = BATCH * HEADS, S_BIG, D_BIG
     q, k, v = qkv(bh, S, d)
@@ -118,27 +129,23 @@ def speed():
                                           lambda: ch12.naive_attention(q, k, v, causal, bufs), S, d, bh, causal)
         bufs = out = None  # 2 S^2 floats per head back to the pool
         best: dict[str, tuple[float, str]] = {}
-        for name, tiles in [("flash_attn_2_mma", [(4, 64), (4, 32), (8, 64), (4, 128), (8, 32)]),
-                            ("flash_attn_3_32rows", [(4, 64), (4, 32), (2, 64), (8, 32), (4, 128)])]:
-            for warps, bc in tiles:
-                for fast in (False, True):
-                    label = f"{name} w{warps} bc{bc}{' fastmath' if fast else ''}"
-                    try:
-                        kern = ch12.flash_kernel(name, d, warps=warps, bc=bc,
-                                                 options=("--use_fast_math",) if fast else ())
-                        o.fill(np.nan)
-                        ch12.flash_launch(kern, q, k, v, o, lse, causal)
-                        cudl.sync()
-                        if not report(label + f" causal={causal}", o, ref):
-                            continue
-                    except Exception as exc:  # noqa: BLE001
-                        print(f"   {label}: {type(exc).__name__}: {str(exc)[:200]}", flush=True)
-                        continue
-                    t = timed(f"{label} r{kern.num_regs} l{kern.local_bytes}",
-                              lambda: ch12.flash_launch(kern, q, k, v, o, lse, causal), S, d, bh, causal)
-                    res[label] = t
-                    if t and (name not in best or t.ms < best[name][0]):
-                        best[name] = (t.ms, label)
+        for name, warps, bc, opts in SWEEP:
+            label = f"{name} w{warps} bc{bc} {' '.join(opts)}".strip()
+            try:
+                kern = ch12.flash_kernel(name, d, warps=warps, bc=bc, options=opts)
+                o.fill(np.nan)
+                ch12.flash_launch(kern, q, k, v, o, lse, causal)
+                cudl.sync()
+                if not report(label + f" causal={causal}", o, ref):
+                    continue
+            except Exception as exc:  # noqa: BLE001
+                print(f"   {label}: {type(exc).__name__}: {str(exc)[:200]}", flush=True)
+                continue
+            t = timed(f"{label} r{kern.num_regs} l{kern.local_bytes}",
+                      lambda: ch12.flash_launch(kern, q, k, v, o, lse, causal), S, d, bh, causal)
+            res[label] = t
+            if t and (name not in best or t.ms < best[name][0]):
+                best[name] = (t.ms, label)
         base = res["SDPA (default)"]
         results.setdefault("speed", {})[f"causal={causal}"] = {
             k: (None if t is None else dict(ms=t.ms, tflops=t.tflops, pct_sdpa=100 * base.ms / t.ms))
