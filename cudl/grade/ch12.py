@@ -34,14 +34,18 @@ def reference(q: Any, k: Any, v: Any, causal: bool, scale: float | None = None) 
 
 
 # kernel: query rows per warp, and whether Q has its own BR x D tile in shared memory
-FLASH = {"flash_attn_2_mma": (16, False), "flash_attn_3_32rows": (32, True)}
+FLASH = {"flash_attn_2_mma": (16, False), "flash_attn_3_32rows": (32, True), "flash_attn_4_wgmma": (16, True)}
+WGMMA = "flash_attn_4_wgmma"  # sm_90a only (d = 128, BC = 64; `warps` = 4 x warpgroups)
 
 
 def flash_kernel(name: str, head_dim: int, *, warps: int = 4, bc: int = 64, sm75: bool = False,
                  source: str | None = None, options: tuple[str, ...] = ()) -> Any:
     """A flash kernel of the chapter compiled for one head dimension and tile shape (or from `source`)."""
-    opts = [f"-DHEAD_DIM={head_dim}", f"-DWARPS={warps}", f"-DBC={bc}", *options]
-    opts += ["-DFLASH_SM75"] if sm75 else []
+    if name == WGMMA:
+        opts = ["-arch=sm_90a", f"-DWGS={warps // 4}", *options] if cudl.on_gpu() else [f"-DWGS={warps // 4}"]
+    else:
+        opts = [f"-DHEAD_DIM={head_dim}", f"-DWARPS={warps}", f"-DBC={bc}", *options]
+        opts += ["-DFLASH_SM75"] if sm75 else []
     k = cudl.load(source or f"{D}/{name}.cu", name, options=opts)
     k.tile = (warps, bc)
     return k
@@ -52,7 +56,8 @@ def flash_shape(kernel: Any, S: int, bh: int, d: int) -> tuple[tuple[int, int], 
     warps, bc = kernel.tile
     rows, q_tile = FLASH[kernel.name]
     br = rows * warps
-    return (cdiv(S, br), bh), 32 * warps, ((br if q_tile else 0) + 4 * bc) * d * 2
+    align = 1024 if kernel.name == WGMMA else 0  # wgmma's swizzle atoms start on 1 KiB
+    return (cdiv(S, br), bh), 32 * warps, ((br if q_tile else 0) + 4 * bc) * d * 2 + align
 
 
 def flash_launch(kernel: Any, q: Any, k: Any, v: Any, o: Any, lse: Any, causal: bool,
