@@ -1,0 +1,247 @@
+// flash_attn_2_mma: FlashAttention-2 style forward, O = softmax(scale Q K^T) V for each
+// of BH = batch x heads independent heads, Q, K, V, O row-major [BH, S, D] __half, fp32
+// accumulate, plus L = the natural logsumexp of each row of scale Q K^T ([BH, S] float,
+// what a backward pass needs to recompute P without storing it). The S x S matrix never
+// reaches memory: a block of WARPS warps owns BR = 16 WARPS query rows (one warp per 16
+// rows, Q kept in registers as mma fragments) and walks the keys in tiles of BC rows. Per
+// tile each warp computes its 16 x BC scores with mma.sync m16n8k16 (K fragments by
+// ldmatrix), updates the running row maximum m and sum l (online softmax: the old O and l
+// are rescaled by exp(m_old - m_new)), turns the scores into fp16 P fragments in
+// registers (the accumulator layout of two 16 x 8 tiles is the A layout of one 16 x 16
+// tile) and adds P V (V fragments by ldmatrix.trans). Exponentials are exp2 of scores
+// pre-scaled by log2(e). K and V tiles are double-buffered: on sm_80+ cp.async fetches
+// tile j + 1 while tile j is used; shared tiles are XOR-swizzled by 16-byte chunk (chunk
+// c of row r at c ^ (r % 8)) so every ldmatrix is free of bank conflicts. causal != 0
+// masks key > query and skips the key tiles above the diagonal (half the work); rows and
+// keys past S are masked (zero-filled loads), so any S >= 1 works.
+// sm_75 (T4): two m16n8k8 per k16 step and plain 16-byte copies (define FLASH_SM75 to
+// force that path on any GPU, e.g. in a test).
+// Limit: Tensor Core bound for long S; one warp per 16 rows re-reads each K/V tile from
+// shared memory once per warp, and loads and math share the same warps (no producer
+// warps, no wgmma): the chapter's target is 50% of PyTorch's SDPA on the H100 at d = 128.
+// Compile with -DHEAD_DIM=64 or 128 (default 128), -DWARPS (4), -DBC (64),
+// -DMIN_BLOCKS (1); BR <= 2 BC.
+// Launch: block 32 * WARPS, grid (ceil(S / BR), BH), dynamic shared memory
+// 4 * BC * HEAD_DIM * 2 bytes (64 KiB at d = 128: above 48 KiB, the launcher opts in).
+// Q, K, V 16-byte aligned.
+
+#include <cuda_fp16.h>
+
+#ifndef HEAD_DIM
+#define HEAD_DIM 128
+#endif
+#ifndef WARPS
+#define WARPS 4
+#endif
+#ifndef BC
+#define BC 64
+#endif
+#ifndef MIN_BLOCKS  // blocks per SM that the registers must allow (__launch_bounds__)
+#define MIN_BLOCKS 1
+#endif
+#define D HEAD_DIM
+#define BR (16 * WARPS)
+#define THREADS (32 * WARPS)
+#define LOG2E 1.4426950408889634f
+#define LN2 0.6931471805599453f
+#define NEG_INF (-__int_as_float(0x7f800000))
+
+#if __CUDA_ARCH__ >= 800 && !defined(FLASH_SM75)
+#define FLASH_SM80 1
+#endif
+
+static_assert(D % 64 == 0 && BC % 16 == 0 && BR <= 2 * BC, "tile shape");
+
+// Offset (in halves) of element (r, c) of a tile with D columns: 16-byte chunks swizzled.
+__device__ __forceinline__ int off(int r, int c) {
+    return r * D + ((((c >> 3) ^ r) & 7) | ((c >> 3) & ~7)) * 8 + (c & 7);
+}
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+    return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
+// Copy rows row0 .. row0 + rows - 1 of an [S, D] matrix into a swizzled tile; rows past S
+// become zeros (cp.async with source size 0 reads nothing and fills the 16 bytes with 0).
+__device__ __forceinline__ void load_tile(__half* tile, const __half* __restrict__ src,
+                                          int row0, int rows, int S) {
+    for (int c = threadIdx.x; c < rows * (D / 8); c += THREADS) {
+        const int r = c / (D / 8), col = (c % (D / 8)) * 8;
+        const bool valid = row0 + r < S;
+        const __half* g = src + (size_t)(valid ? row0 + r : 0) * D + col;
+#ifdef FLASH_SM80
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
+                     :: "r"(smem_addr(&tile[off(r, col)])), "l"(g), "r"(valid ? 16 : 0));
+#else
+        *reinterpret_cast<uint4*>(&tile[off(r, col)]) =
+            valid ? *reinterpret_cast<const uint4*>(g) : make_uint4(0, 0, 0, 0);
+#endif
+    }
+}
+__device__ __forceinline__ void commit() {
+#ifdef FLASH_SM80
+    asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+__device__ __forceinline__ void wait_all_but_newest() {  // the older group has landed
+#ifdef FLASH_SM80
+    asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+#endif
+}
+
+// d += a b for one 16 x 8 tile, k = 16: a is 4 registers (2 halves each), b is 2.
+__device__ __forceinline__ void mma_16x8x16(float* d, const unsigned* a,
+                                            const unsigned* b) {
+#ifdef FLASH_SM80
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else  // sm_75: k 0-7 are a[0], a[1], b[0]; k 8-15 are a[2], a[3], b[1]
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 "
+                 "{%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(b[0]));
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 "
+                 "{%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[2]), "r"(a[3]), "r"(b[1]));
+#endif
+}
+
+__device__ __forceinline__ void ldmatrix_x4(unsigned* r, const __half* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_addr(p)));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(unsigned* r, const __half* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_addr(p)));
+}
+__device__ __forceinline__ unsigned pack_half2(float lo, float hi) {
+    __half2 h = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<unsigned*>(&h);
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
+flash_attn_2_mma(int S, float scale, int causal, const __half* __restrict__ Q,
+                 const __half* __restrict__ K, const __half* __restrict__ V,
+                 __half* __restrict__ O, float* __restrict__ L) {
+    extern __shared__ __align__(128) unsigned char smem[];
+    __half* tiles = reinterpret_cast<__half*>(smem);  // [slot][K, V][BC x D]
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const int g = lane / 4, t = lane % 4;  // accumulator rows g, g + 8; cols 2t, 2t + 1
+    const int q0 = blockIdx.x * BR, wq = q0 + 16 * warp;  // first row of block, of warp
+    const size_t head = (size_t)blockIdx.y * S * D;
+    const __half* Kh = K + head;
+    const __half* Vh = V + head;
+    // keys of the last tile to visit: all of them, or (causal) up to the block's last row
+    const int last = causal ? min(q0 + BR, S) - 1 : S - 1;
+    const int tiles_n = last / BC + 1;
+
+    // Q goes through slot 1 (free until tile 1 is fetched), tile 0 into slot 0
+    load_tile(tiles + 2 * BC * D, Q + head, q0, BR, S);
+    commit();
+    load_tile(tiles, Kh, 0, BC, S);
+    load_tile(tiles + BC * D, Vh, 0, BC, S);
+    commit();
+    wait_all_but_newest();
+    __syncthreads();
+    unsigned qf[D / 16][4];  // the warp's 16 x D rows of Q as A fragments
+    for (int kk = 0; kk < D / 16; kk++)
+        ldmatrix_x4(qf[kk], tiles + 2 * BC * D + off(16 * warp + lane % 16,
+                                                     16 * kk + (lane / 16) * 8));
+    __syncthreads();  // slot 1 is overwritten next
+
+    const float scale2 = scale * LOG2E;  // exp(scale s) = exp2(scale2 s)
+    float o[D / 8][4] = {};
+    float m[2] = {NEG_INF, NEG_INF}, l[2] = {0.f, 0.f};  // of rows g, g + 8 (log2 units)
+    for (int j = 0; j < tiles_n; j++) {
+        if (j + 1 < tiles_n) {
+            __half* next = tiles + ((j + 1) % 2) * 2 * BC * D;
+            load_tile(next, Kh, (j + 1) * BC, BC, S);
+            load_tile(next + BC * D, Vh, (j + 1) * BC, BC, S);
+        }
+        commit();  // possibly empty: one group per tile keeps wait_group 1 right
+        wait_all_but_newest();
+        __syncthreads();
+        const __half* Ks = tiles + (j % 2) * 2 * BC * D;
+        const __half* Vs = Ks + BC * D;
+        const int n0 = j * BC;
+        // (causal) every key of the tile above all rows of this warp: nothing to add
+        if (!causal || n0 <= wq + 15) {
+            float s[BC / 8][4] = {};  // S = Q K^T for 16 rows x BC keys
+            for (int kk = 0; kk < D / 16; kk++)
+                for (int nt = 0; nt < BC / 8; nt += 2) {  // b of key tiles nt and nt + 1
+                    unsigned b[4];
+                    ldmatrix_x4(b, Ks + off(8 * nt + (lane / 16) * 8 + lane % 8,
+                                            16 * kk + ((lane / 8) % 2) * 8));
+                    mma_16x8x16(s[nt], qf[kk], b);
+                    mma_16x8x16(s[nt + 1], qf[kk], b + 2);
+                }
+            // scale to log2 units; mask keys past S and (causal) keys after the row
+            const bool edge = n0 + BC > S || (causal && n0 + BC - 1 > wq);
+            float mx[2] = {NEG_INF, NEG_INF};
+            for (int nt = 0; nt < BC / 8; nt++)
+                for (int e = 0; e < 4; e++) {
+                    float v = s[nt][e] * scale2;
+                    if (edge) {
+                        const int key = n0 + 8 * nt + 2 * t + (e & 1);
+                        const int row = wq + g + 8 * (e / 2);
+                        if (key >= S || (causal && key > row)) v = NEG_INF;
+                    }
+                    s[nt][e] = v;
+                    mx[e / 2] = fmaxf(mx[e / 2], v);
+                }
+            for (int h = 0; h < 2; h++) {
+                // the 4 threads of a quad hold one row: reduce the maximum across them
+                mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+                mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+                const float m_new = fmaxf(m[h], mx[h]);
+                const float base = m_new == NEG_INF ? 0.f : m_new;  // a row masked so far
+                const float alpha = exp2f(m[h] - base);  // rescales the sums so far
+                m[h] = m_new;
+                l[h] *= alpha;
+                for (int dt = 0; dt < D / 8; dt++) {
+                    o[dt][2 * h] *= alpha;
+                    o[dt][2 * h + 1] *= alpha;
+                }
+                for (int nt = 0; nt < BC / 8; nt++) {
+                    const float p0 = exp2f(s[nt][2 * h] - base);
+                    const float p1 = exp2f(s[nt][2 * h + 1] - base);
+                    s[nt][2 * h] = p0;
+                    s[nt][2 * h + 1] = p1;
+                    l[h] += p0 + p1;  // this thread's share; the quad adds up at the end
+                }
+            }
+            // O += P V: the C layout of key tiles 2kk, 2kk + 1 = A layout of k16 step kk
+            for (int kk = 0; kk < BC / 16; kk++) {
+                const unsigned a[4] = {pack_half2(s[2 * kk][0], s[2 * kk][1]),
+                                       pack_half2(s[2 * kk][2], s[2 * kk][3]),
+                                       pack_half2(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                                       pack_half2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+                for (int dt = 0; dt < D / 8; dt += 2) {  // b of column tiles dt, dt + 1
+                    unsigned b[4];
+                    ldmatrix_x4_trans(b, Vs + off(16 * kk + lane % 16,
+                                                  8 * dt + (lane / 16) * 8));
+                    mma_16x8x16(o[dt], a, b);
+                    mma_16x8x16(o[dt + 1], a, b + 2);
+                }
+            }
+        }
+        __syncthreads();  // the slot is refilled at the next step
+    }
+#ifdef FLASH_SM80
+    asm volatile("cp.async.wait_all;\n" ::: "memory");  // only empty groups are left
+#endif
+    for (int h = 0; h < 2; h++) {
+        l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
+        l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+        const int row = wq + g + 8 * h;
+        if (row >= S) continue;
+        const float inv = 1.f / l[h];
+        __half* out = O + head + (size_t)row * D;
+        for (int dt = 0; dt < D / 8; dt++)
+            *reinterpret_cast<__half2*>(&out[8 * dt + 2 * t]) =
+                __floats2half2_rn(o[dt][2 * h] * inv, o[dt][2 * h + 1] * inv);
+        if (t == 0) L[(size_t)blockIdx.y * S + row] = (m[h] + log2f(l[h])) * LN2;
+    }
+}

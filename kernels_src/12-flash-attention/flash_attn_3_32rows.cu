@@ -1,0 +1,263 @@
+// flash_attn_3_32rows: flash_attn_2_mma (FlashAttention-2 forward on mma.sync, online
+// softmax, causal tile skipping, any S; Q, K, V, O [BH, S, D] __half, L [BH, S] float
+// logsumexp) with each warp owning 32 query rows, two 16-row mma tiles, as
+// FlashAttention-2 does: every K and V fragment that ldmatrix brings from shared memory
+// then feeds two mma.sync instead of one, halving the shared-memory reads per multiply,
+// which kernel 2 spends as many cycles on as on the multiplies. The doubled accumulators
+// (2 x 16 x D of O, 2 x 16 x BC of S) leave no registers for Q, so Q stays in shared
+// memory and is re-read by ldmatrix at each key tile. Blocks are taken from the last
+// query block down, so with causal masking the longest rows start first and the short
+// ones fill the end of the wave.
+// sm_75 (T4): two m16n8k8 per k16 step and plain 16-byte copies (define FLASH_SM75).
+// Limit: still one kind of warp doing loads, softmax and mma in turn, and mma.sync rather
+// than Hopper's wgmma: the chapter's target for its best kernel is 80% of PyTorch's SDPA
+// on the H100 at d = 128.
+// Compile with -DHEAD_DIM=64 or 128 (default 128), -DWARPS (4), -DBC (64),
+// -DMIN_BLOCKS (1).
+// Launch: block 32 * WARPS, grid (ceil(S / (32 WARPS)), BH), dynamic shared memory
+// (32 WARPS + 4 BC) * HEAD_DIM * 2 bytes (96 KiB at d = 128, WARPS 4, BC 64).
+// Q, K, V 16-byte aligned.
+
+#include <cuda_fp16.h>
+
+#ifndef HEAD_DIM
+#define HEAD_DIM 128
+#endif
+#ifndef WARPS
+#define WARPS 4
+#endif
+#ifndef BC
+#define BC 64
+#endif
+#ifndef MIN_BLOCKS  // blocks per SM that the registers must allow (__launch_bounds__)
+#define MIN_BLOCKS 1
+#endif
+#define D HEAD_DIM
+#define BR (32 * WARPS)
+#define THREADS (32 * WARPS)
+#define LOG2E 1.4426950408889634f
+#define LN2 0.6931471805599453f
+#define NEG_INF (-__int_as_float(0x7f800000))
+
+#if __CUDA_ARCH__ >= 800 && !defined(FLASH_SM75)
+#define FLASH_SM80 1
+#endif
+
+static_assert(D % 64 == 0 && BC % 16 == 0, "tile shape");
+
+// Offset (in halves) of element (r, c) of a tile with D columns: 16-byte chunks swizzled.
+__device__ __forceinline__ int off(int r, int c) {
+    return r * D + ((((c >> 3) ^ r) & 7) | ((c >> 3) & ~7)) * 8 + (c & 7);
+}
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+    return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
+// Copy rows row0 .. row0 + rows - 1 of an [S, D] matrix into a swizzled tile; rows past S
+// become zeros (cp.async with source size 0 reads nothing and fills the 16 bytes with 0).
+__device__ __forceinline__ void load_tile(__half* tile, const __half* __restrict__ src,
+                                          int row0, int rows, int S) {
+    for (int c = threadIdx.x; c < rows * (D / 8); c += THREADS) {
+        const int r = c / (D / 8), col = (c % (D / 8)) * 8;
+        const bool valid = row0 + r < S;
+        const __half* g = src + (size_t)(valid ? row0 + r : 0) * D + col;
+#ifdef FLASH_SM80
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
+                     :: "r"(smem_addr(&tile[off(r, col)])), "l"(g), "r"(valid ? 16 : 0));
+#else
+        *reinterpret_cast<uint4*>(&tile[off(r, col)]) =
+            valid ? *reinterpret_cast<const uint4*>(g) : make_uint4(0, 0, 0, 0);
+#endif
+    }
+}
+__device__ __forceinline__ void commit() {
+#ifdef FLASH_SM80
+    asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+__device__ __forceinline__ void wait_all_but_newest() {  // the older group has landed
+#ifdef FLASH_SM80
+    asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+#endif
+}
+
+// d += a b for one 16 x 8 tile, k = 16: a is 4 registers (2 halves each), b is 2.
+__device__ __forceinline__ void mma_16x8x16(float* d, const unsigned* a,
+                                            const unsigned* b) {
+#ifdef FLASH_SM80
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else  // sm_75: k 0-7 are a[0], a[1], b[0]; k 8-15 are a[2], a[3], b[1]
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 "
+                 "{%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(b[0]));
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 "
+                 "{%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[2]), "r"(a[3]), "r"(b[1]));
+#endif
+}
+
+__device__ __forceinline__ void ldmatrix_x4(unsigned* r, const __half* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_addr(p)));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(unsigned* r, const __half* p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_addr(p)));
+}
+__device__ __forceinline__ unsigned pack_half2(float lo, float hi) {
+    __half2 h = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<unsigned*>(&h);
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
+flash_attn_3_32rows(int S, float scale, int causal, const __half* __restrict__ Q,
+                    const __half* __restrict__ K, const __half* __restrict__ V,
+                    __half* __restrict__ O, float* __restrict__ L) {
+    extern __shared__ __align__(128) unsigned char smem[];
+    __half* Qs = reinterpret_cast<__half*>(smem);  // BR x D, then [slot][K, V][BC x D]
+    __half* tiles = Qs + BR * D;
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const int g = lane / 4, t = lane % 4;  // accumulator rows g, g + 8; cols 2t, 2t + 1
+    const int q0 = (gridDim.x - 1 - blockIdx.x) * BR;  // the longest causal rows first
+    const int wq = q0 + 32 * warp;  // the warp's first row
+    const size_t head = (size_t)blockIdx.y * S * D;
+    const __half* Kh = K + head;
+    const __half* Vh = V + head;
+    const int last = causal ? min(q0 + BR, S) - 1 : S - 1;
+    const int tiles_n = last / BC + 1;
+
+    load_tile(Qs, Q + head, q0, BR, S);
+    load_tile(tiles, Kh, 0, BC, S);
+    load_tile(tiles + BC * D, Vh, 0, BC, S);
+    commit();
+
+    const float scale2 = scale * LOG2E;  // exp(scale s) = exp2(scale2 s)
+    float o[2][D / 8][4] = {};
+    float m[2][2], l[2][2];  // [m tile][rows g, g + 8], log2 units
+    for (int i = 0; i < 2; i++)
+        for (int h = 0; h < 2; h++) m[i][h] = NEG_INF, l[i][h] = 0.f;
+    for (int j = 0; j < tiles_n; j++) {
+        if (j + 1 < tiles_n) {
+            __half* next = tiles + ((j + 1) % 2) * 2 * BC * D;
+            load_tile(next, Kh, (j + 1) * BC, BC, S);
+            load_tile(next + BC * D, Vh, (j + 1) * BC, BC, S);
+        }
+        commit();  // possibly empty: one group per tile keeps wait_group 1 right
+        wait_all_but_newest();
+        __syncthreads();
+        const __half* Ks = tiles + (j % 2) * 2 * BC * D;
+        const __half* Vs = Ks + BC * D;
+        const int n0 = j * BC;
+        if (!causal || n0 <= wq + 31) {  // else every key is above this warp's rows
+            float s[2][BC / 8][4] = {};  // S = Q K^T for 2 x 16 rows x BC keys
+#pragma unroll
+            for (int kk = 0; kk < D / 16; kk++) {
+                unsigned a[2][4];
+#pragma unroll
+                for (int i = 0; i < 2; i++)
+                    ldmatrix_x4(a[i], Qs + off(32 * warp + 16 * i + lane % 16,
+                                               16 * kk + (lane / 16) * 8));
+#pragma unroll
+                for (int nt = 0; nt < BC / 8; nt += 2) {  // b of key tiles nt and nt + 1
+                    unsigned b[4];
+                    ldmatrix_x4(b, Ks + off(8 * nt + (lane / 16) * 8 + lane % 8,
+                                            16 * kk + ((lane / 8) % 2) * 8));
+#pragma unroll
+                    for (int i = 0; i < 2; i++) {
+                        mma_16x8x16(s[i][nt], a[i], b);
+                        mma_16x8x16(s[i][nt + 1], a[i], b + 2);
+                    }
+                }
+            }
+            const bool edge = n0 + BC > S || (causal && n0 + BC - 1 > wq);
+#pragma unroll
+            for (int i = 0; i < 2; i++) {
+                float mx[2] = {NEG_INF, NEG_INF};
+#pragma unroll
+                for (int nt = 0; nt < BC / 8; nt++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        float v = s[i][nt][e] * scale2;
+                        if (edge) {
+                            const int key = n0 + 8 * nt + 2 * t + (e & 1);
+                            const int row = wq + 16 * i + g + 8 * (e / 2);
+                            if (key >= S || (causal && key > row)) v = NEG_INF;
+                        }
+                        s[i][nt][e] = v;
+                        mx[e / 2] = fmaxf(mx[e / 2], v);
+                    }
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+                    mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+                    const float m_new = fmaxf(m[i][h], mx[h]);
+                    const float base = m_new == NEG_INF ? 0.f : m_new;
+                    const float alpha = exp2f(m[i][h] - base);
+                    m[i][h] = m_new;
+                    l[i][h] *= alpha;
+#pragma unroll
+                    for (int dt = 0; dt < D / 8; dt++) {
+                        o[i][dt][2 * h] *= alpha;
+                        o[i][dt][2 * h + 1] *= alpha;
+                    }
+#pragma unroll
+                    for (int nt = 0; nt < BC / 8; nt++) {
+                        const float p0 = exp2f(s[i][nt][2 * h] - base);
+                        const float p1 = exp2f(s[i][nt][2 * h + 1] - base);
+                        s[i][nt][2 * h] = p0;
+                        s[i][nt][2 * h + 1] = p1;
+                        l[i][h] += p0 + p1;
+                    }
+                }
+            }
+#pragma unroll
+            for (int kk = 0; kk < BC / 16; kk++) {  // O += P V
+                unsigned a[2][4];
+#pragma unroll
+                for (int i = 0; i < 2; i++) {
+                    a[i][0] = pack_half2(s[i][2 * kk][0], s[i][2 * kk][1]);
+                    a[i][1] = pack_half2(s[i][2 * kk][2], s[i][2 * kk][3]);
+                    a[i][2] = pack_half2(s[i][2 * kk + 1][0], s[i][2 * kk + 1][1]);
+                    a[i][3] = pack_half2(s[i][2 * kk + 1][2], s[i][2 * kk + 1][3]);
+                }
+#pragma unroll
+                for (int dt = 0; dt < D / 8; dt += 2) {  // b of column tiles dt, dt + 1
+                    unsigned b[4];
+                    ldmatrix_x4_trans(b, Vs + off(16 * kk + lane % 16,
+                                                  8 * dt + (lane / 16) * 8));
+#pragma unroll
+                    for (int i = 0; i < 2; i++) {
+                        mma_16x8x16(o[i][dt], a[i], b);
+                        mma_16x8x16(o[i][dt + 1], a[i], b + 2);
+                    }
+                }
+            }
+        }
+        __syncthreads();  // the slot is refilled at the next step
+    }
+#ifdef FLASH_SM80
+    asm volatile("cp.async.wait_all;\n" ::: "memory");  // only empty groups are left
+#endif
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            float sum = l[i][h];
+            sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+            sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+            const int row = wq + 16 * i + g + 8 * h;
+            if (row >= S) continue;
+            const float inv = 1.f / sum;
+            __half* out = O + head + (size_t)row * D;
+#pragma unroll
+            for (int dt = 0; dt < D / 8; dt++)
+                *reinterpret_cast<__half2*>(&out[8 * dt + 2 * t]) =
+                    __floats2half2_rn(o[i][dt][2 * h] * inv, o[i][dt][2 * h + 1] * inv);
+            if (t == 0) L[(size_t)blockIdx.y * S + row] = (m[i][h] + log2f(sum)) * LN2;
+        }
+}

@@ -1,0 +1,296 @@
+// flash_attn_5_overlap: flash_attn_4_wgmma (FlashAttention-2 forward on wgmma, sm_90a;
+// Q, K, V, O [BH, S, 128] __half, L [BH, S] float logsumexp, any S, causal) with the
+// softmax of one tile overlapping the Tensor Core work of its neighbours inside each
+// warpgroup, as FlashAttention-3 does: at step j a warpgroup issues S_j = Q K_j and
+// O += P_(j-1) V_(j-1) as two asynchronous wgmma groups, waits for the first only,
+// computes the softmax of S_j while P V runs, then waits for P V and rescales O by
+// exp(m_(j-1) - m_j) (P_(j-1) was taken against m_(j-1)). P V of a tile thus runs one
+// step late, so three K/V slots rotate (tile j + 1 is in flight meanwhile) and one
+// barrier per step suffices. Register fences after each wait keep the compiler from
+// reading accumulators before wgmma has written them. Causal blocks stop at the tile of
+// their last row (a warpgroup may spend a fully masked tile: its P is 0); blocks start
+// from the longest rows.
+// Limit: no producer warp (all warps issue the copies), no ping-pong ordering between
+// warpgroups, no TMA: the chapter's target for its best kernel is 80% of PyTorch's SDPA
+// on the H100 at d = 128.
+// Compile with -arch=sm_90a (elsewhere the kernel is empty), -DWGS (3), -DMIN_BLOCKS (1).
+// Launch: block 128 * WGS, grid (ceil(S / (64 WGS)), BH), dynamic shared memory
+// (64 WGS + 384) * 256 + 1024 bytes. Head dimension 128 only; Q, K, V 16-byte aligned.
+
+#include <cuda_fp16.h>
+
+#ifndef WGS
+#define WGS 3
+#endif
+#define SLOTS 3  // K/V tiles in shared memory: tile j (S), j - 1 (P V), j + 1 (in flight)
+#ifndef MIN_BLOCKS  // blocks per SM that the registers must allow (__launch_bounds__)
+#define MIN_BLOCKS 1
+#endif
+#define D 128
+#define BC 64
+#define BR (64 * WGS)
+#define THREADS (128 * WGS)
+#define Q_BLOCK (BR * 128)  // bytes of one 64-wide column block of the Q tile
+#define T_BLOCK (BC * 128)  // ... of a K or V tile
+#define TILE (2 * T_BLOCK)  // a K or V tile: two column blocks
+#define LOG2E 1.4426950408889634f
+#define LN2 0.6931471805599453f
+#define NEG_INF (-__int_as_float(0x7f800000))
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define FLASH_SM90A 1
+#endif
+
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+    return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+// The 128-byte swizzle of a byte offset from a 1 KiB-aligned block: bits 4-6 ^= bits 7-9.
+__device__ __forceinline__ unsigned swz(unsigned off) {
+    return off ^ (((off >> 7) & 7) << 4);
+}
+// Shared memory matrix descriptor: start address, leading and stride byte offsets (in
+// 16-byte units), 128-byte swizzle (bits 62-63 = 1).
+__device__ __forceinline__ unsigned long long desc(unsigned addr, unsigned lbo,
+                                                   unsigned sbo) {
+    return (unsigned long long)((addr & 0x3FFFF) >> 4)
+         | (unsigned long long)((lbo & 0x3FFFF) >> 4) << 16
+         | (unsigned long long)((sbo & 0x3FFFF) >> 4) << 32
+         | 1ull << 62;
+}
+
+#ifdef FLASH_SM90A
+// Rows row0 .. row0 + rows - 1 of an [S, 128] matrix into a tile at byte address `tile`
+// (two column blocks of rows x 128 bytes); rows past S are zero-filled.
+__device__ __forceinline__ void load_tile(unsigned tile, const __half* __restrict__ src,
+                                          int row0, int rows, int S) {
+    for (int c = threadIdx.x; c < rows * (D / 8); c += THREADS) {
+        const int r = c / (D / 8), cc = c % (D / 8);  // row, 16-byte chunk of the row
+        const bool valid = row0 + r < S;
+        const __half* g = src + (size_t)(valid ? row0 + r : 0) * D + cc * 8;
+        const unsigned dst = tile + (cc / 8) * rows * 128 + swz(r * 128 + (cc % 8) * 16);
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
+                     :: "r"(dst), "l"(g), "r"(valid ? 16 : 0));
+    }
+}
+
+__device__ __forceinline__ void wgmma_fence() {
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_commit() {
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+template <int N> __device__ __forceinline__ void wgmma_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" :: "n"(N) : "memory");
+}
+// After a wait: the registers count as written here, so no read of them moves above it.
+template <int N> __device__ __forceinline__ void fence_regs(float* r) {
+#pragma unroll
+    for (int i = 0; i < N; i++) asm volatile("" : "+f"(r[i])::"memory");
+}
+// d (64 x 64 per warpgroup, 32 floats per thread) += A (64 x 16 of Q, K-major, at da)
+// x B (16 x 64 of K^T: K's rows are K-major columns, at db).
+__device__ __forceinline__ void wgmma_qk(float* d, unsigned long long da,
+                                         unsigned long long db) {
+    asm volatile(
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {"
+        "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+        "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31"
+        "}, %32, %33, 1, 1, 1, 0, 0;\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+          "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+          "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
+          "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+          "+f"(d[30]), "+f"(d[31])
+        : "l"(da), "l"(db));
+}
+// d (64 x 128, 64 floats per thread) += A (64 x 16 of P, 4 registers per thread in the
+// mma.sync A layout) x B (16 x 128 of V, N-major: imm-trans-b = 1, at db).
+__device__ __forceinline__ void wgmma_pv(float* d, const unsigned* a,
+                                         unsigned long long db) {
+    asm volatile(
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {"
+        "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+        "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
+        "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
+        "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63"
+        "}, {%64,%65,%66,%67}, %68, 1, 1, 1, 1;\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+          "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+          "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
+          "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+          "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
+          "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+          "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]),
+          "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]),
+          "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
+}
+#endif
+
+__device__ __forceinline__ unsigned pack_half2(float lo, float hi) {
+    __half2 h = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<unsigned*>(&h);
+}
+
+#ifdef FLASH_SM90A
+// Online softmax of one 64 x 64 tile of scores (the warpgroup's accumulators, 32 per
+// thread) in place: scale to log2 units, mask, update m and l of rows rq and rq + 8,
+// leave P as A fragments in p and the factor for what O holds so far in alpha.
+__device__ __forceinline__ void softmax_tile(float* s, float* m, float* l, float* alpha,
+                                             unsigned (*p)[4], int n0, int S, int causal,
+                                             int rq, int t, float scale2) {
+    const bool edge = n0 + BC > S || (causal && n0 + BC - 1 > rq);
+    float mx[2] = {NEG_INF, NEG_INF};
+#pragma unroll
+    for (int i = 0; i < BC / 2; i++) {
+        float v = s[i] * scale2;
+        const int e = i % 4;
+        if (edge) {
+            const int key = n0 + 8 * (i / 4) + 2 * t + (e & 1);
+            if (key >= S || (causal && key > rq + 8 * (e / 2))) v = NEG_INF;
+        }
+        s[i] = v;
+        mx[e / 2] = fmaxf(mx[e / 2], v);
+    }
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+        const float m_new = fmaxf(m[h], mx[h]);
+        const float base = m_new == NEG_INF ? 0.f : m_new;
+        alpha[h] = exp2f(m[h] - base);
+        m[h] = m_new;
+        l[h] *= alpha[h];
+#pragma unroll
+        for (int nt = 0; nt < BC / 8; nt++) {
+            const float p0 = exp2f(s[4 * nt + 2 * h] - base);
+            const float p1 = exp2f(s[4 * nt + 2 * h + 1] - base);
+            s[4 * nt + 2 * h] = p0;
+            s[4 * nt + 2 * h + 1] = p1;
+            l[h] += p0 + p1;
+        }
+    }
+#pragma unroll
+    for (int kk = 0; kk < BC / 16; kk++)  // key tiles 2 kk, 2 kk + 1: one k16 A fragment
+#pragma unroll
+        for (int r = 0; r < 4; r++)
+            p[kk][r] = pack_half2(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
+}
+
+// Issue S = Q K^T for the warpgroup's 64 rows and the K tile at ks (one wgmma group).
+__device__ __forceinline__ void issue_qk(float* s, unsigned qs, unsigned ks, int wg) {
+#pragma unroll
+    for (int i = 0; i < BC / 2; i++) s[i] = 0.f;
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++)
+        wgmma_qk(s, desc(qs + (kk / 4) * Q_BLOCK + wg * 64 * 128 + (kk % 4) * 32,
+                         16, 1024),
+                 desc(ks + (kk / 4) * T_BLOCK + (kk % 4) * 32, 16, 1024));
+    wgmma_commit();
+}
+// Issue O += P V for the V tile at vs (one wgmma group).
+__device__ __forceinline__ void issue_pv(float* o, unsigned (*p)[4], unsigned vs) {
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < BC / 16; kk++)
+        wgmma_pv(o, p[kk], desc(vs + kk * 16 * 128, T_BLOCK, 1024));
+    wgmma_commit();
+}
+#endif
+
+extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
+flash_attn_5_overlap(int S, float scale, int causal, const __half* __restrict__ Q,
+                     const __half* __restrict__ K, const __half* __restrict__ V,
+                     __half* __restrict__ O, float* __restrict__ L) {
+#ifdef FLASH_SM90A
+    extern __shared__ unsigned char smem[];
+    const unsigned qs = (smem_addr(smem) + 1023) & ~1023u;  // swizzle atoms: 1 KiB
+    const unsigned tiles = qs + 2 * Q_BLOCK;  // [slot][K, V]
+    const int wg = threadIdx.x / 128, w = threadIdx.x % 128 / 32, lane = threadIdx.x % 32;
+    const int g = lane / 4, t = lane % 4;  // accumulator rows g, g + 8; cols 2t, 2t + 1
+    const int q0 = (gridDim.x - 1 - blockIdx.x) * BR;  // the longest causal rows first
+    const int rq = q0 + 64 * wg + 16 * w + g;  // this thread's rows: rq, rq + 8
+    const size_t head = (size_t)blockIdx.y * S * D;
+    const __half* Kh = K + head;
+    const __half* Vh = V + head;
+    const int last = causal ? min(q0 + BR, S) - 1 : S - 1;
+    const int tiles_n = last / BC + 1;
+    auto k_slot = [&](int j) { return tiles + (j % SLOTS) * 2 * TILE; };
+
+    load_tile(qs, Q + head, q0, BR, S);
+    load_tile(k_slot(0), Kh, 0, BC, S);
+    load_tile(k_slot(0) + TILE, Vh, 0, BC, S);
+    asm volatile("cp.async.commit_group;\n" ::);
+    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    __syncthreads();
+    if (tiles_n > 1) {
+        load_tile(k_slot(1), Kh, BC, BC, S);
+        load_tile(k_slot(1) + TILE, Vh, BC, BC, S);
+    }
+    asm volatile("cp.async.commit_group;\n" ::);
+
+    const float scale2 = scale * LOG2E;  // exp(scale s) = exp2(scale2 s)
+    float o[D / 2] = {};  // 64 x 128 per warpgroup: [8-column tile dt][4]
+    float s[BC / 2];  // 64 x 64 scores per warpgroup: [8-key tile nt][4]
+    float m[2] = {NEG_INF, NEG_INF}, l[2] = {0.f, 0.f}, alpha[2];
+    unsigned p[BC / 16][4], p_next[BC / 16][4];  // P of the tile whose P V is pending
+    issue_qk(s, qs, k_slot(0), wg);
+    wgmma_wait<0>();
+    fence_regs<BC / 2>(s);
+    softmax_tile(s, m, l, alpha, p, 0, S, causal, rq, t, scale2);
+    for (int j = 1; j < tiles_n; j++) {
+        asm volatile("cp.async.wait_group 0;\n" ::: "memory");  // tile j has landed
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        __syncthreads();  // for all threads; and every P V of step j - 2 is done
+        if (j + 1 < tiles_n) {  // into the slot of tile j - 2
+            load_tile(k_slot(j + 1), Kh, (j + 1) * BC, BC, S);
+            load_tile(k_slot(j + 1) + TILE, Vh, (j + 1) * BC, BC, S);
+        }
+        asm volatile("cp.async.commit_group;\n" ::);
+        issue_qk(s, qs, k_slot(j), wg);
+        issue_pv(o, p, k_slot(j - 1) + TILE);
+        wgmma_wait<1>();  // S_j is ready, P V may still run
+        fence_regs<BC / 2>(s);
+        softmax_tile(s, m, l, alpha, p_next, j * BC, S, causal, rq, t, scale2);
+        wgmma_wait<0>();
+        fence_regs<D / 2>(o);
+#pragma unroll
+        for (int kk = 0; kk < BC / 16; kk++)  // P V has read p: now it may be replaced
+#pragma unroll
+            for (int r = 0; r < 4; r++) {
+                asm volatile("" : "+r"(p[kk][r])::"memory");
+                p[kk][r] = p_next[kk][r];
+            }
+#pragma unroll
+        for (int dt = 0; dt < D / 8; dt++) {
+            o[4 * dt] *= alpha[0];
+            o[4 * dt + 1] *= alpha[0];
+            o[4 * dt + 2] *= alpha[1];
+            o[4 * dt + 3] *= alpha[1];
+        }
+    }
+    issue_pv(o, p, k_slot(tiles_n - 1) + TILE);
+    wgmma_wait<0>();
+    fence_regs<D / 2>(o);
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
+        l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+        const int row = rq + 8 * h;
+        if (row >= S) continue;
+        const float inv = 1.f / l[h];
+        __half* out = O + head + (size_t)row * D;
+#pragma unroll
+        for (int dt = 0; dt < D / 8; dt++)
+            *reinterpret_cast<__half2*>(&out[8 * dt + 2 * t]) =
+                __floats2half2_rn(o[4 * dt + 2 * h] * inv, o[4 * dt + 2 * h + 1] * inv);
+        if (t == 0) L[(size_t)blockIdx.y * S + row] = (m[h] + log2f(l[h])) * LN2;
+    }
+#endif
+}
