@@ -70,7 +70,6 @@ def main() -> None:
             t = du.time_op(funcs[op], device, args.iters)
             alg, bus = du.busbw(op, nbytes, t, world)
             rows.append(dict(op=op, bytes=nbytes, us=t * 1e6, algbw=alg, busbw=bus))
-        del x, part, full
 
     if rank == 0:
         print(f"{backend}, {world} ranks, {du.gpu_name(device)}; busbw = algbw x 2(n-1)/n "

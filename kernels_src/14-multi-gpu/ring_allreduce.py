@@ -206,7 +206,6 @@ def main() -> None:
             bus = du.busbw("all_reduce", nbytes, t, world)[1]
             rows.append(dict(row, slices=used, ring_us=t * 1e6, ring_busbw=bus,
                              ratio=t_lib / t))
-        del src, x, work
 
     if rank == 0:
         lib = dist.get_backend()
