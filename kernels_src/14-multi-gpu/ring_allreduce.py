@@ -120,10 +120,13 @@ def kernel_reduce(device: torch.device) -> Reduce:
         os.environ.setdefault("CUDL_BACKEND", "emulator")  # CPU tensors: NumPy views, the emulator
     import cudl
 
-    k = cudl.load("14-multi-gpu/ring_reduce.cu", "ring_reduce_add")
     if device.type == "cpu":
+        k = cudl.load("14-multi-gpu/ring_reduce.cu", "ring_reduce_add")
         return lambda acc, recv: k((4,), (64,), (acc.numpy(), recv.numpy(), acc.numel()))
     import cupy
+
+    cupy.cuda.Device(device.index).use()  # CuPy loads the module on its current device: this rank's GPU
+    k = cudl.load("14-multi-gpu/ring_reduce.cu", "ring_reduce_add")
 
     grid = 4 * torch.cuda.get_device_properties(device).multi_processor_count
 

@@ -121,3 +121,21 @@ def test_ray_train_cpu_workers(tmp_path):
     res = json.loads((tmp_path / "ray.json").read_text())
     assert res["world"] == 2 and res["backend"] == "gloo" and res["samples_per_s"] > 0, out
     assert Path(tmp_path / "ray.json").exists()
+
+
+def test_overlap_from_trace(tmp_path):
+    """The overlap measure of ddp_train.py on a hand-made trace: NCCL kernels against the union of compute."""
+    pytest.importorskip("torch")
+    sys.path.insert(0, str(HERE))
+    from ddp_train import overlap_from_trace
+
+    def kernel(name, ts, dur):
+        return {"cat": "kernel", "name": name, "ts": ts, "dur": dur}
+
+    events = [kernel("gemm", 0, 10), kernel("gelu", 8, 4), kernel("ncclDevKernel_AllReduce", 5, 10),
+              kernel("ncclDevKernel_AllReduce", 30, 10), {"cat": "cpu_op", "name": "x", "ts": 0, "dur": 99}]
+    (tmp_path / "t.json").write_text(json.dumps({"traceEvents": events}))
+    got = overlap_from_trace(str(tmp_path / "t.json"))
+    # compute covers [0, 12]: the first NCCL kernel [5, 15] overlaps 7 us, the second none
+    assert got["nccl_kernels"] == 2 and got["nccl_us"] == 20 and got["overlapped_us"] == 7
+    assert got["overlap"] == pytest.approx(0.35)
