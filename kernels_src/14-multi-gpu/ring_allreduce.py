@@ -135,7 +135,8 @@ def kernel_reduce(device: torch.device) -> Reduce:
         return cupy.ndarray((t.numel(),), cupy.float32, cupy.cuda.MemoryPointer(mem, 0))
 
     def reduce(acc: torch.Tensor, recv: torch.Tensor) -> None:
-        with cupy.cuda.Device(device.index), cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream):
+        stream = cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream, device.index)
+        with cupy.cuda.Device(device.index), stream:
             k((grid,), (256,), (view(acc), view(recv), acc.numel()))
 
     return reduce
