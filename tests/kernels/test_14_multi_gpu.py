@@ -1,0 +1,141 @@
+"""Chapter 14 (kernels_src/14-multi-gpu/): the ring's reduction kernel against NumPy, and the multi-process
+scripts with gloo on CPU processes (no GPU): the hand-written ring all-reduce (2 and 3 ranks, its adds done
+by ring_reduce.cu on the CPU emulator), DDP training (gradient = one process's gradient of the global batch,
+several buckets with a small bucket_cap_mb), the collectives benchmark, and Ray Train where Ray is installed.
+
+The kernel test runs everywhere; the others need PyTorch (`pip install torch`), and skip without it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import cudl
+from cudl.compile import KERNELS_DIR
+
+HERE = KERNELS_DIR / "14-multi-gpu"
+U = 2.0**-24  # float32 unit roundoff
+
+
+@pytest.mark.parametrize("n", [1, 3, 4, 5, 64, 1000, 4099])
+@pytest.mark.parametrize("offset", [0, 1])  # offset 1: pointers 4 bytes past alignment, the scalar path
+@pytest.mark.parametrize("grid", [1, 3])
+def test_ring_reduce_add(n, offset, grid):
+    k = cudl.load("14-multi-gpu/ring_reduce.cu", "ring_reduce_add")
+    xp, pad = cudl.xp, 7
+    acc_all = cudl.randn(offset + n + pad)
+    acc_all[offset + n:] = np.nan  # past the end: must stay untouched
+    recv_all = cudl.randn(offset + n + pad)
+    acc, recv = acc_all[offset:offset + n], recv_all[offset:offset + n]
+    ref = cudl.to_numpy(acc).astype(np.float64) + cudl.to_numpy(recv)
+    k((grid,), (64,), (acc, recv, n))
+    c = cudl.compare(acc, ref, rtol=2 * U)
+    assert c.ok, str(c)
+    assert bool(xp.isnan(acc_all[offset + n:]).all()), "wrote past n"
+
+
+def run_script(args: list[str], nproc: int | None = 2, timeout: int = 120) -> str:
+    """Run a chapter-14 script (under torchrun with `nproc` CPU processes); return its output."""
+    pytest.importorskip("torch")
+    env = dict(os.environ, OMP_NUM_THREADS="1", CUDL_BACKEND="emulator", PYTHONWARNINGS="ignore")
+    launch = [sys.executable] + ([] if nproc is None else
+                                 ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}"])
+    proc = subprocess.run([*launch, *args], capture_output=True, text=True, timeout=timeout, env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return proc.stdout
+
+
+def test_ring_plan_covers_every_element():
+    pytest.importorskip("torch")
+    sys.path.insert(0, str(HERE))
+    from ring_allreduce import ALIGN, plan
+
+    rng = np.random.default_rng()
+    for _ in range(200):
+        count, world, slices = int(rng.integers(1, 100_000)), int(rng.integers(1, 9)), int(rng.integers(1, 6))
+        flat = [r for chunk in plan(count, world, slices) for r in chunk]
+        assert len(flat) == world * slices
+        assert flat[0][0] == 0 and flat[-1][1] == count
+        assert all(a[1] == b[0] for a, b in zip(flat, flat[1:])), "gaps or overlaps"
+        assert all(a <= b for a, b in flat)
+        assert all(a % ALIGN == 0 for a, b in flat if b > a and a != count), "slice starts off alignment"
+
+
+@pytest.mark.parametrize("nproc,reduce", [(2, "kernel"), (3, "torch")])
+def test_ring_allreduce_gloo(nproc, reduce, tmp_path):
+    """Correct against gloo's all_reduce and float64 (the script raises otherwise), NaN-poisoned buffer."""
+    out = run_script([str(HERE / "ring_allreduce.py"), "--backend", "gloo", "--reduce", reduce,
+                      "--sizes-mb", "0.0625", "--iters", "2", "--json", str(tmp_path / "r.json")], nproc)
+    res = json.loads((tmp_path / "r.json").read_text())
+    assert res["world"] == nproc and res["max_rel_error"] < 1e-6, out
+    assert res["rows"] and res["rows"][0]["ring_us"] > 0
+
+
+def test_ddp_train_gloo(tmp_path):
+    """DDP's averaged gradient equals one process's gradient of the whole global batch; a small bucket cap
+    gives several all-reduce calls per step (bucketing), and the replicas end identical."""
+    run_script([str(HERE / "ddp_train.py"), "--backend", "gloo", "--d-in", "64", "--width", "256",
+                "--depth", "3", "--batch", "32", "--steps", "4", "--bucket-cap-mb", "0.1",
+                "--trace", str(tmp_path / "trace.json"), "--json", str(tmp_path / "d.json")])
+    res = json.loads((tmp_path / "d.json").read_text())
+    assert res["world"] == 2 and res["grad_rel_error"] < 1e-5 and res["replicas_equal"]
+    assert res["overlap"]["allreduce_calls_per_step"] >= 2, res["overlap"]
+    assert res["samples_per_s"] > 0 and res["scaling_efficiency"] > 0
+    assert (tmp_path / "trace.json").stat().st_size > 0
+
+
+def test_nccl_bench_gloo(tmp_path):
+    run_script([str(HERE / "nccl_bench.py"), "--backend", "gloo", "--sizes-mb", "0.0625", "--iters", "2",
+                "--json", str(tmp_path / "n.json")])
+    res = json.loads((tmp_path / "n.json").read_text())
+    assert all(e < 1e-6 for e in res["errors"].values()), res["errors"]
+    for r in res["rows"]:
+        factor = {"all_reduce": 1.0, "reduce_scatter": 0.5, "all_gather": 0.5}[r["op"]]  # n = 2
+        assert r["busbw"] == pytest.approx(r["algbw"] * factor)
+        assert r["algbw"] == pytest.approx(r["bytes"] / (r["us"] * 1e-6) / 1e9)
+
+
+def test_busbw_factors():
+    pytest.importorskip("torch")
+    sys.path.insert(0, str(HERE))
+    import dist_utils as du
+
+    assert du.busbw("all_reduce", 10**9, 1.0, 4) == pytest.approx((1.0, 1.5))
+    assert du.busbw("reduce_scatter", 10**9, 0.5, 8) == pytest.approx((2.0, 1.75))
+    assert du.busbw("all_gather", 10**9, 1.0, 1) == pytest.approx((1.0, 0.0))
+
+
+def test_ray_train_cpu_workers(tmp_path):
+    """Ray Train's TorchTrainer with 2 CPU workers (gloo); skipped unless `pip install "ray[train]"`."""
+    pytest.importorskip("ray.train")
+    out = run_script([str(HERE / "ray_train.py"), "--workers", "2", "--cpu", "--d-in", "64", "--width", "128",
+                      "--depth", "2", "--batch", "32", "--steps", "3", "--json", str(tmp_path / "ray.json")],
+                     nproc=None, timeout=240)
+    res = json.loads((tmp_path / "ray.json").read_text())
+    assert res["world"] == 2 and res["backend"] == "gloo" and res["samples_per_s"] > 0, out
+    assert Path(tmp_path / "ray.json").exists()
+
+
+def test_overlap_from_trace(tmp_path):
+    """The overlap measure of ddp_train.py on a hand-made trace: NCCL kernels against the union of compute."""
+    pytest.importorskip("torch")
+    sys.path.insert(0, str(HERE))
+    from ddp_train import overlap_from_trace
+
+    def kernel(name, ts, dur):
+        return {"cat": "kernel", "name": name, "ts": ts, "dur": dur}
+
+    events = [kernel("gemm", 0, 10), kernel("gelu", 8, 4), kernel("ncclDevKernel_AllReduce", 5, 10),
+              kernel("ncclDevKernel_AllReduce", 30, 10), {"cat": "cpu_op", "name": "x", "ts": 0, "dur": 99}]
+    (tmp_path / "t.json").write_text(json.dumps({"traceEvents": events}))
+    got = overlap_from_trace(str(tmp_path / "t.json"))
+    # compute covers [0, 12]: the first NCCL kernel [5, 15] overlaps 7 us, the second none
+    assert got["nccl_kernels"] == 2 and got["nccl_us"] == 20 and got["overlapped_us"] == 7
+    assert got["overlap"] == pytest.approx(0.35)
