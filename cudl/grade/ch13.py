@@ -6,14 +6,7 @@ integers and scales of a kernel match them bit for bit.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
-
-import cudl
-from cudl.grade import grader
-from cudl.grade.guard import check_guard, guarded, guarded_output
-
 
 # ------------------------------------------------------------------------------ references
 

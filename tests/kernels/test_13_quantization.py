@@ -11,8 +11,15 @@ import numpy as np
 import pytest
 
 import cudl
-from cudl.grade.ch13 import (dequantize_ref, expand_scale, pack_int4, quantize_int4_ref, quantize_int8_ref,
-                             quantize_uint8_zero_point_ref, unpack_int4)
+from cudl.grade.ch13 import (
+    dequantize_ref,
+    expand_scale,
+    pack_int4,
+    quantize_int4_ref,
+    quantize_int8_ref,
+    quantize_uint8_zero_point_ref,
+    unpack_int4,
+)
 
 D = "13-quantization"
 GUARD = 64
