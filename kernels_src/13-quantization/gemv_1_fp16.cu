@@ -2,7 +2,8 @@
 // __half; fp32 accumulation). One warp per ROWS rows: in each step every lane loads 16
 // bytes (8 halves) of x once and 16 bytes of each of its ROWS rows, so the warp reads
 // 512 contiguous bytes of a row per load instruction and x is reused ROWS times from
-// registers; a shuffle reduction ends each row. W is read exactly once, so a GEMV is a
+// registers; UNROLL steps' loads are issued before their arithmetic (more bytes in
+// flight per warp); a shuffle reduction ends each row. W is read exactly once, so a GEMV is a
 // copy of W with arithmetic on the side: 2 flops per 2 bytes, far below any ridge point.
 // Limit: memory-bound, 2 B per weight (+ x); expect 85-90% of copy bandwidth once enough
 // 16-byte loads are in flight (ROWS x unrolled steps per warp).
@@ -12,7 +13,10 @@
 #include <cuda_fp16.h>
 
 #ifndef ROWS
-#define ROWS 2  // rows per warp
+#define ROWS 1  // rows per warp
+#endif
+#ifndef UNROLL
+#define UNROLL 4  // 16-byte chunks per lane and row in flight at once
 #endif
 
 __device__ __forceinline__ float warp_sum(float v) {
@@ -31,6 +35,31 @@ __device__ __forceinline__ float dot8(uint4 w, const float* xf, float acc) {
     return acc;
 }
 
+// U chunks (16 bytes each) of each of the warp's rows from chunk c on, every lane at stride
+// 32 chunks: all U x ROWS loads are issued before the first product, so a warp waits for
+// memory once per U chunks instead of once per chunk.
+template <int U>
+__device__ __forceinline__ void steps(const __half* __restrict__ W,
+                                      const __half* __restrict__ x, int N, int K, int row0,
+                                      int c, float* acc) {
+    uint4 wv[U][ROWS];
+    for (int u = 0; u < U; u++)
+        for (int r = 0; r < ROWS; r++)  // rows past N read row 0 and are never stored
+            wv[u][r] = __ldg(reinterpret_cast<const uint4*>(
+                               W + (size_t)(row0 + r < N ? row0 + r : 0) * K) + c + 32 * u);
+    for (int u = 0; u < U; u++) {
+        uint4 xv = __ldg(reinterpret_cast<const uint4*>(x) + c + 32 * u);
+        float xf[8];
+        const __half2* xh = reinterpret_cast<const __half2*>(&xv);
+        for (int i = 0; i < 4; i++) {
+            float2 f = __half22float2(xh[i]);
+            xf[2 * i] = f.x;
+            xf[2 * i + 1] = f.y;
+        }
+        for (int r = 0; r < ROWS; r++) acc[r] = dot8(wv[u][r], xf, acc[r]);
+    }
+}
+
 extern "C" __global__ void gemv_1_fp16(int N, int K, const __half* __restrict__ W,
                                        const __half* __restrict__ x,
                                        __half* __restrict__ y) {
@@ -40,23 +69,10 @@ extern "C" __global__ void gemv_1_fp16(int N, int K, const __half* __restrict__ 
     float acc[ROWS] = {};
     if (K % 8 == 0) {
         const int chunks = K / 8;
-#pragma unroll 2
-        for (int c = lane; c < chunks; c += 32) {
-            uint4 xv = __ldg(reinterpret_cast<const uint4*>(x) + c);
-            float xf[8];
-            const __half2* xh = reinterpret_cast<const __half2*>(&xv);
-            for (int i = 0; i < 4; i++) {
-                float2 f = __half22float2(xh[i]);
-                xf[2 * i] = f.x;
-                xf[2 * i + 1] = f.y;
-            }
-            uint4 wv[ROWS];
-            for (int r = 0; r < ROWS; r++)  // all loads first: ROWS x 16 B in flight
-                wv[r] = row0 + r < N
-                    ? __ldg(reinterpret_cast<const uint4*>(W + (size_t)(row0 + r) * K) + c)
-                    : make_uint4(0, 0, 0, 0);
-            for (int r = 0; r < ROWS; r++) acc[r] = dot8(wv[r], xf, acc[r]);
-        }
+        int c = lane;
+        for (; c + 32 * (UNROLL - 1) < chunks; c += 32 * UNROLL)
+            steps<UNROLL>(W, x, N, K, row0, c, acc);
+        for (; c < chunks; c += 32) steps<1>(W, x, N, K, row0, c, acc);
     } else {
         for (int k = lane; k < K; k += 32) {
             float xk = __half2float(x[k]);

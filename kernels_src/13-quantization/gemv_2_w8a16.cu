@@ -6,6 +6,7 @@
 // an unsigned byte) is placed under the exponent of 2^23 with one byte permute
 // (0x4B0000uu = 2^23 + q + 128 as a float), and one subtraction of 2^23 + 128 leaves q
 // exactly. The 16 products are summed, then scaled once (a group holds whole chunks).
+// As in gemv_1, UNROLL steps' loads are issued before their arithmetic.
 // Limit: memory-bound, 1 B per weight + 4 / group B of scale (+ x): half of gemv_1's bytes,
 // so up to 2x its speed at the same fraction of copy bandwidth.
 // Launch: block 32 * WARPS, grid ceil(N / (ROWS * WARPS)). K % 16 == 0 and group % 16 == 0
@@ -14,7 +15,10 @@
 #include <cuda_fp16.h>
 
 #ifndef ROWS
-#define ROWS 4  // rows per warp
+#define ROWS 1  // rows per warp
+#endif
+#ifndef UNROLL
+#define UNROLL 4  // 16-byte chunks per lane and row in flight at once
 #endif
 
 __device__ __forceinline__ float warp_sum(float v) {
@@ -50,6 +54,29 @@ __device__ __forceinline__ float dot16_s8(uint4 w, const float* xf) {
     return sum;
 }
 
+// U chunks (16 weights each) of each of the warp's rows from chunk c on, at stride 32
+// chunks, all loads issued before the first product; one scale per row and chunk.
+template <int U>
+__device__ __forceinline__ void steps(const signed char* __restrict__ Q,
+                                      const float* __restrict__ scale,
+                                      const __half* __restrict__ x, int N, int K, int group,
+                                      int row0, int c, float* acc) {
+    const int groups = (K + group - 1) / group;
+    uint4 wv[U][ROWS];
+    float s[U][ROWS];
+    for (int u = 0; u < U; u++)
+        for (int r = 0; r < ROWS; r++) {  // rows past N read row 0 and are never stored
+            const size_t n = row0 + r < N ? row0 + r : 0;
+            wv[u][r] = __ldg(reinterpret_cast<const uint4*>(Q + n * K) + c + 32 * u);
+            s[u][r] = __ldg(scale + n * groups + 16 * (c + 32 * u) / group);
+        }
+    for (int u = 0; u < U; u++) {
+        float xf[16];
+        load_x16(x, c + 32 * u, xf);
+        for (int r = 0; r < ROWS; r++) acc[r] = fmaf(s[u][r], dot16_s8(wv[u][r], xf), acc[r]);
+    }
+}
+
 extern "C" __global__ void gemv_2_w8a16(int N, int K, int group,
                                         const signed char* __restrict__ Q,
                                         const float* __restrict__ scale,
@@ -62,20 +89,10 @@ extern "C" __global__ void gemv_2_w8a16(int N, int K, int group,
     float acc[ROWS] = {};
     if (K % 16 == 0 && group % 16 == 0) {
         const int chunks = K / 16;
-#pragma unroll 2
-        for (int c = lane; c < chunks; c += 32) {
-            uint4 wv[ROWS];
-            float s[ROWS];
-            for (int r = 0; r < ROWS; r++) {  // all loads first: ROWS x 16 B in flight
-                const bool in = row0 + r < N;
-                const size_t n = in ? row0 + r : 0;
-                wv[r] = __ldg(reinterpret_cast<const uint4*>(Q + n * K) + c);
-                s[r] = in ? __ldg(scale + n * groups + 16 * c / group) : 0.0f;
-            }
-            float xf[16];
-            load_x16(x, c, xf);
-            for (int r = 0; r < ROWS; r++) acc[r] = fmaf(s[r], dot16_s8(wv[r], xf), acc[r]);
-        }
+        int c = lane;
+        for (; c + 32 * (UNROLL - 1) < chunks; c += 32 * UNROLL)
+            steps<UNROLL>(Q, scale, x, N, K, group, row0, c, acc);
+        for (; c < chunks; c += 32) steps<1>(Q, scale, x, N, K, group, row0, c, acc);
     } else {
         for (int k = lane; k < K; k += 32) {
             float xk = __half2float(x[k]);

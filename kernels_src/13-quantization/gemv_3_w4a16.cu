@@ -9,14 +9,18 @@
 // by the warp's ROWS rows. Nibbles 5-7 come from the word shifted right by 12 (at p=2..4).
 // Limit: memory-bound, 0.5 B per weight + 4 / group B of scale (+ x): a quarter of
 // gemv_1's bytes; 3 instructions per weight (LOP3, FADD, FFMA) is close to what the SM
-// issues at full HBM speed, so ROWS and the unroll matter here.
+// issues at full HBM speed, so ROWS and UNROLL (steps whose loads are issued together)
+// matter here.
 // Launch: block 32 * WARPS, grid ceil(N / (ROWS * WARPS)). Requires K even; K % 32 == 0
 // and group % 32 == 0 take the 16-byte path, others one byte per lane per step.
 
 #include <cuda_fp16.h>
 
 #ifndef ROWS
-#define ROWS 4  // rows per warp
+#define ROWS 2  // rows per warp
+#endif
+#ifndef UNROLL
+#define UNROLL 4  // 16-byte chunks per lane and row in flight at once
 #endif
 
 __device__ __forceinline__ float warp_sum(float v) {
@@ -59,6 +63,29 @@ __device__ __forceinline__ float dot32_s4(uint4 w, const float* xf) {
     return sum;
 }
 
+// U chunks (32 weights each) of each of the warp's rows from chunk c on, at stride 32
+// chunks, all loads issued before the first product; one scale per row and chunk.
+template <int U>
+__device__ __forceinline__ void steps(const unsigned char* __restrict__ P,
+                                      const float* __restrict__ scale,
+                                      const __half* __restrict__ x, int N, int K, int group,
+                                      int row0, int c, float* acc) {
+    const int groups = (K + group - 1) / group;
+    uint4 wv[U][ROWS];
+    float s[U][ROWS];
+    for (int u = 0; u < U; u++)
+        for (int r = 0; r < ROWS; r++) {  // rows past N read row 0 and are never stored
+            const size_t n = row0 + r < N ? row0 + r : 0;
+            wv[u][r] = __ldg(reinterpret_cast<const uint4*>(P + n * (K / 2)) + c + 32 * u);
+            s[u][r] = __ldg(scale + n * groups + 32 * (c + 32 * u) / group);
+        }
+    for (int u = 0; u < U; u++) {
+        float xf[32];
+        load_x32(x, c + 32 * u, xf);
+        for (int r = 0; r < ROWS; r++) acc[r] = fmaf(s[u][r], dot32_s4(wv[u][r], xf), acc[r]);
+    }
+}
+
 extern "C" __global__ void gemv_3_w4a16(int N, int K, int group,
                                         const unsigned char* __restrict__ P,
                                         const float* __restrict__ scale,
@@ -72,20 +99,10 @@ extern "C" __global__ void gemv_3_w4a16(int N, int K, int group,
     float acc[ROWS] = {};
     if (K % 32 == 0 && group % 32 == 0) {
         const int chunks = K / 32;
-#pragma unroll 2
-        for (int c = lane; c < chunks; c += 32) {
-            uint4 wv[ROWS];
-            float s[ROWS];
-            for (int r = 0; r < ROWS; r++) {  // all loads first: ROWS x 16 B in flight
-                const bool in = row0 + r < N;
-                const size_t n = in ? row0 + r : 0;
-                wv[r] = __ldg(reinterpret_cast<const uint4*>(P + n * row_bytes) + c);
-                s[r] = in ? __ldg(scale + n * groups + 32 * c / group) : 0.0f;
-            }
-            float xf[32];
-            load_x32(x, c, xf);
-            for (int r = 0; r < ROWS; r++) acc[r] = fmaf(s[r], dot32_s4(wv[r], xf), acc[r]);
-        }
+        int c = lane;
+        for (; c + 32 * (UNROLL - 1) < chunks; c += 32 * UNROLL)
+            steps<UNROLL>(P, scale, x, N, K, group, row0, c, acc);
+        for (; c < chunks; c += 32) steps<1>(P, scale, x, N, K, group, row0, c, acc);
     } else {
         for (int j = lane; j < K / 2; j += 32) {  // byte j: columns 2j, 2j + 1
             float x0 = __half2float(x[2 * j]), x1 = __half2float(x[2 * j + 1]);

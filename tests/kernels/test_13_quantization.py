@@ -133,12 +133,12 @@ def test_pack_unpack_roundtrip():
 GEMV_TOL = 2e-3
 # (N, K, group): the 16-byte paths (K multiple of 32), row counts that are not multiples of the rows per
 # block, several groups per row, per-channel groups, and odd K for the scalar fallbacks
-GEMV_SHAPES = [(37, 256, 64), (9, 1024, 128), (64, 512, 512), (5, 96, 32), (13, 100, 50), (3, 34, 34),
+GEMV_SHAPES = [(37, 256, 64), (9, 1024, 128), (6, 4608, 128), (64, 512, 512), (5, 96, 32), (13, 100, 50), (3, 34, 34),
                (1, 1, 1)]
 
 
-def gemv_launch(name: str, N: int, rows: int = 4, warps: int = 4):
-    k = cudl.load(f"{D}/{name}.cu", name, options=(f"-DROWS={rows}",))
+def gemv_launch(name: str, N: int, rows: int = 4, warps: int = 4, unroll: int = 4):
+    k = cudl.load(f"{D}/{name}.cu", name, options=(f"-DROWS={rows}", f"-DUNROLL={unroll}"))
     return k, (cdiv(N, rows * warps),), (32 * warps,)
 
 
@@ -149,40 +149,40 @@ def check_gemv(y, ref: np.ndarray, name: str) -> None:
     assert err < GEMV_TOL, f"{name}: relative error {err:.2e}"
 
 
-@pytest.mark.parametrize("rows", [1, 2, 4])
+@pytest.mark.parametrize("rows,unroll", [(1, 4), (2, 1), (4, 2)])
 @pytest.mark.parametrize("shape", GEMV_SHAPES, ids=lambda s: "x".join(map(str, s)))
-def test_gemv_fp16(shape, rows):
+def test_gemv_fp16(shape, rows, unroll):
     N, K, _ = shape
     w, x = rand(N, K).astype(np.float16), rand(K).astype(np.float16)
     y = out_buf(N, np.float16, np.nan)
-    k, grid, block = gemv_launch("gemv_1_fp16", N, rows)
+    k, grid, block = gemv_launch("gemv_1_fp16", N, rows, unroll=unroll)
     k(grid, block, (N, K, cudl.xp.asarray(w), cudl.xp.asarray(x), y))
     cudl.sync()
     check_gemv(y, w.astype(np.float64) @ x.astype(np.float64), "gemv_1_fp16")
 
 
-@pytest.mark.parametrize("rows", [1, 4])
+@pytest.mark.parametrize("rows,unroll", [(1, 4), (4, 2)])
 @pytest.mark.parametrize("shape", GEMV_SHAPES[:-1], ids=lambda s: "x".join(map(str, s)))
-def test_gemv_w8a16(shape, rows):
+def test_gemv_w8a16(shape, rows, unroll):
     N, K, group = shape
     w, x = rand(N, K), rand(K).astype(np.float16)
     q, s = quantize_int8_ref(w, group)
     y = out_buf(N, np.float16, np.nan)
-    k, grid, block = gemv_launch("gemv_2_w8a16", N, rows)
+    k, grid, block = gemv_launch("gemv_2_w8a16", N, rows, unroll=unroll)
     k(grid, block, (N, K, group, cudl.xp.asarray(q), cudl.xp.asarray(s), cudl.xp.asarray(x), y))
     cudl.sync()
     ref = dequantize_ref(q, s, group).astype(np.float64) @ x.astype(np.float64)
     check_gemv(y, ref, "gemv_2_w8a16")
 
 
-@pytest.mark.parametrize("rows", [1, 4])
+@pytest.mark.parametrize("rows,unroll", [(1, 4), (4, 2)])
 @pytest.mark.parametrize("shape", GEMV_SHAPES[:-1], ids=lambda s: "x".join(map(str, s)))
-def test_gemv_w4a16(shape, rows):
+def test_gemv_w4a16(shape, rows, unroll):
     N, K, group = shape
     w, x = rand(N, K), rand(K).astype(np.float16)
     p, s = quantize_int4_ref(w, group)
     y = out_buf(N, np.float16, np.nan)
-    k, grid, block = gemv_launch("gemv_3_w4a16", N, rows)
+    k, grid, block = gemv_launch("gemv_3_w4a16", N, rows, unroll=unroll)
     k(grid, block, (N, K, group, cudl.xp.asarray(p), cudl.xp.asarray(s), cudl.xp.asarray(x), y))
     cudl.sync()
     ref = dequantize_ref(unpack_int4(p), s, group).astype(np.float64) @ x.astype(np.float64)
@@ -226,14 +226,15 @@ def rand_int8(*shape: int) -> np.ndarray:
     return np.random.default_rng().integers(-128, 128, size=shape).astype(np.int8)
 
 
-def igemm(name: str, M: int, N: int, K: int, options=()) -> None:
+def igemm(name: str, M: int, N: int, K: int, options=(), stages: int = 3, wnt: int = 4) -> None:
     a, b = rand_int8(M, K), rand_int8(N, K)
     c = out_buf(M * N, np.int32, np.iinfo(np.int32).min)  # K * 128 * 128 < 2^31: never a result
     k = cudl.load(f"{D}/{name}.cu", name, options=options)
     if name == "igemm_1_dp4a":
         k((cdiv(N, 64), cdiv(M, 64)), (16, 16), (M, N, K, cudl.xp.asarray(a), cudl.xp.asarray(b), c))
     else:
-        k((N // 128, M // 128), (256,), (M, N, K, cudl.xp.asarray(a), cudl.xp.asarray(b), c))
+        k((N // (32 * wnt), M // 128), (256,), (M, N, K, cudl.xp.asarray(a), cudl.xp.asarray(b), c),
+          shared_mem=stages * (128 + 32 * wnt) * 64)
     cudl.sync()
     got = take(c, M * N, np.iinfo(np.int32).min).reshape(M, N)
     np.testing.assert_array_equal(got, a.astype(np.int64) @ b.astype(np.int64).T)
@@ -252,6 +253,12 @@ def test_igemm_mma(shape):
 
 def test_igemm_mma_sm75_path():
     igemm("igemm_2_mma", 128, 256, 128, options=("-DIGEMM_SM75",))
+
+
+@pytest.mark.parametrize("stages,wnt", [(2, 8), (4, 4)])
+def test_igemm_mma_tiles(stages, wnt):
+    """Other pipeline depths and the 128 x 256 tile (as the GPU sweep tries them)."""
+    igemm("igemm_2_mma", 256, 512, 320, options=(f"-DSTAGES={stages}", f"-DWNT={wnt}"), stages=stages, wnt=wnt)
 
 
 # ------------------------------------------------------------------------------ fp8 (GPU only)
