@@ -87,39 +87,42 @@ def gemv():
             data[kind] = (q, s)
             refs[kind] = dequant_torch(q, s, kind, N, K) @ xt.double()
         best = {}
-        for kind, name in (("fp16", "gemv_1_fp16"), ("w8", "gemv_2_w8a16"), ("w4", "gemv_3_w4a16")):
+        plain = [(r, u, 4) for r in (1, 2, 4) for u in (1, 2, 4, 8)]
+        for kind, name, configs in (("fp16", "gemv_1_fp16", plain), ("w8", "gemv_2_w8a16", plain),
+                                    ("w4", "gemv_3_w4a16", plain),
+                                    ("w4", "gemv_4_w4a16_smem", [(r, u, wp) for r in (1, 2) for u in (2, 4)
+                                                                 for wp in (4, 8, 16)])):
             nbk = gemv_bytes(kind, N, K)
-            for rows in (1, 2, 4):
-                for unroll in (1, 2, 4, 8):
-                    warps = 4
-                    k = cudl.load(f"{D}/{name}.cu", name, options=(f"-DROWS={rows}", f"-DUNROLL={unroll}"))
-                    y = cudl.poisoned(N, np.float16)
-                    args = (N, K, *data[kind], x, y) if kind == "fp16" else (N, K, GROUP, *data[kind], x, y)
-                    grid, block = (cdiv(N, rows * warps),), (32 * warps,)
-                    k(grid, block, args)
-                    cudl.sync()
-                    got = tt(y).double()
-                    err = float((got - refs[kind]).norm() / refs[kind].norm())
-                    t = cudl.bench(lambda: k(grid, block, args), bytes=nbk)
-                    ok = err < 2e-3
-                    tag = f"{name} ROWS={rows} UNROLL={unroll}"
-                    print(f"  {'OK ' if ok else 'BAD'} {tag:34s} err {err:.1e} {t.ms:.4f} ms "
-                          f"{t.gbps:6.0f} GB/s {100 * t.gbps / copy:5.1f}% copy x{t.speedup_over(t_cublas):5.2f} "
-                          f"regs {k.num_regs}", flush=True)
-                    if ok and (kind not in best or t.ms < best[kind][1].ms):
-                        best[kind] = (tag, t, k, grid, block, args, nbk)
+            smem = 4 * K if "smem" in name else 0
+            for rows, unroll, warps in configs:
+                k = cudl.load(f"{D}/{name}.cu", name, options=(f"-DROWS={rows}", f"-DUNROLL={unroll}"))
+                y = cudl.poisoned(N, np.float16)
+                args = (N, K, *data[kind], x, y) if kind == "fp16" else (N, K, GROUP, *data[kind], x, y)
+                grid, block = (cdiv(N, rows * warps),), (32 * warps,)
+                k(grid, block, args, shared_mem=smem)
+                cudl.sync()
+                got = tt(y).double()
+                err = float((got - refs[kind]).norm() / refs[kind].norm())
+                t = cudl.bench(lambda: k(grid, block, args, shared_mem=smem), bytes=nbk)
+                ok = err < 2e-3
+                tag = f"{name} R={rows} U={unroll} W={warps}"
+                print(f"  {'OK ' if ok else 'BAD'} {tag:34s} err {err:.1e} {t.ms:.4f} ms "
+                      f"{t.gbps:6.0f} GB/s {100 * t.gbps / copy:5.1f}% copy x{t.speedup_over(t_cublas):5.2f} "
+                      f"regs {k.num_regs}", flush=True)
+                if ok and (kind not in best or t.ms < best[kind][1].ms):
+                    best[kind] = (tag, t, k, grid, block, args, nbk, smem)
         # The L2 flush of cudl.bench leaves L2 full of dirty lines that a read-only kernel must write back.
         # Timed without the flush over rotating copies of the weights (> 2 x L2 in all) as a second view.
         copies = max(2, cdiv(256 * 2**20, 2 * N * K))
         wts = [torch.empty_like(wt).copy_(wt) for _ in range(copies)]
         t_cublas_rot = cudl.bench(rotate([lambda w=w: torch.matmul(w, xt) for w in wts]), bytes=nb, flush=False)
         rot = {}
-        for kind, (_tag, _t, k, grid, block, args, nbk) in best.items():
+        for kind, (_tag, _t, k, grid, block, args, nbk, smem) in best.items():
             fns = []
             for _ in range(max(2, cdiv(256 * 2**20, nbk))):
                 a2 = tuple(cudl.xp.array(v, copy=True) if hasattr(v, "shape") and v.size > 2 * K else v
                            for v in args)
-                fns.append(lambda a2=a2, k=k, grid=grid, block=block: k(grid, block, a2))
+                fns.append(lambda a2=a2, k=k, grid=grid, block=block, sm=smem: k(grid, block, a2, shared_mem=sm))
             rot[kind] = cudl.bench(rotate(fns), bytes=nbk, flush=False)
         print(f"  no flush, rotating weights: cuBLAS {t_cublas_rot.ms:.4f} ms "
               f"{100 * t_cublas_rot.gbps / copy:.0f}% copy; " + "; ".join(

@@ -189,6 +189,21 @@ def test_gemv_w4a16(shape, rows, unroll):
     check_gemv(y, ref, "gemv_3_w4a16")
 
 
+@pytest.mark.parametrize("rows,unroll,warps", [(1, 4, 4), (2, 2, 8)])
+@pytest.mark.parametrize("shape", [s for s in GEMV_SHAPES if s[1] % 32 == 0 and s[2] % 32 == 0],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_gemv_w4a16_smem(shape, rows, unroll, warps):
+    N, K, group = shape
+    w, x = rand(N, K), rand(K).astype(np.float16)
+    p, s = quantize_int4_ref(w, group)
+    y = out_buf(N, np.float16, np.nan)
+    k, grid, block = gemv_launch("gemv_4_w4a16_smem", N, rows, warps, unroll)
+    k(grid, block, (N, K, group, cudl.xp.asarray(p), cudl.xp.asarray(s), cudl.xp.asarray(x), y), shared_mem=4 * K)
+    cudl.sync()
+    ref = dequantize_ref(unpack_int4(p), s, group).astype(np.float64) @ x.astype(np.float64)
+    check_gemv(y, ref, "gemv_4_w4a16_smem")
+
+
 def test_gemv_w4a16_every_nibble_position():
     """One nonzero weight per row at each of the 8 nibble positions of a word (and of the 4 words of a 16-byte
     chunk): a wrong mask, shift or magic constant for one position shows up as a wrong row."""
@@ -200,10 +215,14 @@ def test_gemv_w4a16_every_nibble_position():
     s = np.random.default_rng().uniform(0.5, 2, size=N * K // group).astype(np.float32)
     x = rand(K).astype(np.float16)
     y = out_buf(N, np.float16, np.nan)
-    k, grid, block = gemv_launch("gemv_3_w4a16", N, 4)
-    k(grid, block, (N, K, group, cudl.xp.asarray(pack_int4(q)), cudl.xp.asarray(s), cudl.xp.asarray(x), y))
-    cudl.sync()
-    check_gemv(y, dequantize_ref(q, s, group).astype(np.float64) @ x.astype(np.float64), "nibble positions")
+    ref = dequantize_ref(q, s, group).astype(np.float64) @ x.astype(np.float64)
+    for name in ("gemv_3_w4a16", "gemv_4_w4a16_smem"):
+        y.fill(np.nan)
+        k, grid, block = gemv_launch(name, N, 4)
+        k(grid, block, (N, K, group, cudl.xp.asarray(pack_int4(q)), cudl.xp.asarray(s), cudl.xp.asarray(x), y),
+          shared_mem=4 * K if "smem" in name else 0)
+        cudl.sync()
+        check_gemv(y, ref, f"{name}: nibble positions")
 
 
 def test_gemv_check_can_fail():
