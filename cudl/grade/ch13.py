@@ -6,7 +6,14 @@ integers and scales of a kernel match them bit for bit.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
+
+import cudl
+from cudl.grade import grader
+from cudl.grade.guard import check_guard, guarded, guarded_output
+
 
 # ------------------------------------------------------------------------------ references
 
@@ -88,3 +95,106 @@ def dequantize_ref(q: np.ndarray, scale: np.ndarray, group: int, zero: np.ndarra
         return (q.astype(np.float32) * s).astype(np.float32)
     z = expand_scale(zero, q.shape, group).astype(np.float32)
     return ((q.astype(np.float32) - z) * s).astype(np.float32)
+
+
+# ------------------------------------------------------------------------------ graders
+
+WARPS = 8  # int4_dot: 256 threads = 8 warps, one row each
+GUARD = 64  # poisoned elements after each input and output
+
+
+def _randn(*shape: int) -> np.ndarray:
+    return np.random.default_rng().standard_normal(shape).astype(np.float32)
+
+
+def _random_int4(rows: int, cols: int) -> np.ndarray:
+    return np.random.default_rng().integers(-8, 8, size=(rows, cols)).astype(np.int32)
+
+
+@grader("int4_dot", kernels=["int4_dot"], rtol=1e-4,
+        cases=[dict(N=1, K=2), dict(N=5, K=34), dict(N=8, K=64), dict(N=37, K=1000), dict(N=1000, K=4096),
+               dict(N=4099, K=2050)],
+        emulator_cases=[dict(N=1, K=2), dict(N=5, K=34), dict(N=8, K=64), dict(N=37, K=1000), dict(N=19, K=2048),
+                        dict(N=9, K=130)],
+        hint=["one warp per row: the lanes walk the row's K / 2 bytes at stride 32; each byte holds two weights, "
+              "column 2j in its low nibble and 2j + 1 in its high nibble, both stored as q + 8",
+              "for byte j = lane, lane + 32, ... < K / 2: b = P[row * (K / 2) + j]; add ((b & 15) - 8) * x[2j] + "
+              "((b >> 4) - 8) * x[2j + 1]; then a shuffle reduction over the warp",
+              "row = blockIdx.x * 8 + threadIdx.x / 32 (return if row >= N); after the loop, sum with "
+              "__shfl_down_sync at offsets 16, 8, 4, 2, 1 and let lane 0 write y[row] = scale[row] * sum"])
+def int4_dot(load: Any, case: dict[str, Any]) -> list[tuple[Any, Any]]:
+    """y[n] = scale[n] * sum_k q[n][k] x[k] with q packed two per byte (column 2j low nibble, stored q + 8)."""
+    N, K = case["N"], case["K"]
+    q = _random_int4(N, K)
+    scale = np.random.default_rng().uniform(0.01, 0.1, N).astype(np.float32)
+    x = _randn(K)
+    p_dev = guarded(pack_int4(q), guard=GUARD)[0]
+    s_dev, x_dev = guarded(scale, guard=GUARD)[0], guarded(x, guard=GUARD)[0]
+    out, buf = guarded_output(N, guard=GUARD)
+    load("int4_dot")(((N + WARPS - 1) // WARPS,), (32 * WARPS,), (N, K, p_dev, s_dev, x_dev, out))
+    cudl.sync()
+    check_guard(buf, N, "y")
+    return [(out, scale.astype(np.float64) * (q.astype(np.float64) @ x.astype(np.float64)))]
+
+
+@grader("quantize_groups", kernels=["quantize_groups"],
+        cases=[dict(rows=1, cols=1, group=1), dict(rows=3, cols=100, group=32), dict(rows=7, cols=33, group=33),
+               dict(rows=1, cols=4096, group=4096), dict(rows=64, cols=1000, group=128),
+               dict(rows=4096, cols=4096, group=128)],
+        emulator_cases=[dict(rows=1, cols=1, group=1), dict(rows=3, cols=100, group=32),
+                        dict(rows=7, cols=33, group=33), dict(rows=1, cols=4096, group=4096),
+                        dict(rows=13, cols=1000, group=128), dict(rows=5, cols=256, group=64)],
+        hint=["one warp per group: first the largest |w| of the group (each lane its share, then a shuffle "
+              "reduction that leaves the maximum in every lane), then every lane writes its share of q",
+              "the scale is amax / 127.0f and q = rintf(w / scale), clamped to [-127, 127]; an all-zero group "
+              "has amax = 0: write q = 0 there (and the scale 0) instead of dividing by zero",
+              "gid = (blockIdx.x * 128 + threadIdx.x) / 32; groups = ceil(cols / group); row = gid / groups, "
+              "c0 = (gid % groups) * group, len = min(group, cols - c0); use __shfl_xor_sync with fmaxf so all "
+              "lanes get amax; lane 0 writes scale[gid]"])
+def quantize_groups(load: Any, case: dict[str, Any]) -> list[tuple[Any, Any]]:
+    """Absmax int8 per group of `group` columns of each row: q (int8, bit-exact) and the float32 scales."""
+    rows, cols, group = case["rows"], case["cols"], case["group"]
+    w = _randn(rows, cols)
+    if rows * cols > 64:
+        w[0, :min(group, cols)] = 0.0  # an all-zero group: scale 0, q 0
+    ref_q, ref_s = quantize_int8_ref(w, group)
+    w_dev = guarded(w, guard=GUARD)[0]
+    q, qbuf = guarded_output(rows * cols, np.int8, fill=-128, guard=GUARD)
+    q.fill(-128)  # never a result of absmax int8: an unwritten element shows
+    s, sbuf = guarded_output(ref_s.size, guard=GUARD)
+    warps = ref_s.size
+    load("quantize_groups")(((warps + 3) // 4,), (128,), (rows, cols, group, w_dev, q, s))
+    cudl.sync()
+    check_guard(qbuf, rows * cols, "q", fill=-128)
+    check_guard(sbuf, ref_s.size, "scale")
+    return [(q, ref_q.ravel()), (s, ref_s)]
+
+
+@grader("w4a16_gemv", kernels=["w4a16_gemv"], rtol=2e-3,
+        cases=[dict(N=1, K=256), dict(N=5, K=512), dict(N=37, K=1024), dict(N=4096, K=4096),
+               dict(N=11008, K=4096), dict(N=4096, K=11008)],
+        emulator_cases=[dict(N=1, K=256), dict(N=5, K=512), dict(N=37, K=1024), dict(N=9, K=4096),
+                        dict(N=3, K=2816), dict(N=4, K=11008)],
+        speed=dict(case=dict(N=11008, K=4096), factor=1.5),
+        hint=["memory-bound: the time is the 0.5 byte per weight over the bandwidth, if each lane loads 16 "
+              "bytes (32 weights) at a time and several such loads are in flight before the arithmetic",
+              "the integer-to-float conversion is slow; instead OR a nibble (masked in place) into the bits "
+              "0x4B000000: the float is 2^23 + n 16^p for a nibble at bit 4p, and subtracting 2^23 + 8 16^p "
+              "leaves q 16^p exactly (fold 16^-p into x); nibbles at bits 20-31 come from the word >> 12",
+              "one warp per row; lane l handles 16-byte chunks c = l, l + 32, ... of the row (uint4 loads of "
+              "P, 4 uint4 loads of x per chunk); per chunk: partial = sum of 32 products, acc += "
+              "scale[row * (K / 128) + c / 4] * partial; load 4 chunks' weights before using any"])
+def w4a16_gemv(load: Any, case: dict[str, Any]) -> list[tuple[Any, Any]]:
+    """y = (s * Q) x, Q int4 packed two per byte, one float32 scale per 128 weights of a row; x, y fp16."""
+    N, K = case["N"], case["K"]
+    w = _randn(N, K)
+    p, s = quantize_int4_ref(w, 128)
+    x = _randn(K).astype(np.float16)
+    p_dev, s_dev = guarded(p, guard=GUARD)[0], guarded(s, guard=GUARD)[0]
+    x_dev = guarded(x, guard=GUARD)[0]
+    out, buf = guarded_output(N, np.float16, guard=GUARD)
+    load("w4a16_gemv")(((N + 3) // 4,), (128,), (N, K, p_dev, s_dev, x_dev, out))
+    cudl.sync()
+    check_guard(buf, N, "y")
+    ref = dequantize_ref(unpack_int4(p), s, 128).astype(np.float64) @ x.astype(np.float64)
+    return [(out, ref)]

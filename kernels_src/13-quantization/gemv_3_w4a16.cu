@@ -17,10 +17,10 @@
 #include <cuda_fp16.h>
 
 #ifndef ROWS
-#define ROWS 2  // rows per warp
+#define ROWS 1  // rows per warp (H100 sweep of gpu_check.py)
 #endif
 #ifndef UNROLL
-#define UNROLL 4  // 16-byte chunks per lane and row in flight at once
+#define UNROLL 2  // 16-byte chunks per lane and row in flight at once
 #endif
 
 __device__ __forceinline__ float warp_sum(float v) {
