@@ -14,7 +14,6 @@ import cudl
 from cudl.grade import grader
 from cudl.grade.guard import check_guard, guarded, guarded_output
 
-
 # ------------------------------------------------------------------------------ references
 
 def _groups(w: np.ndarray, group: int) -> list[tuple[int, int, int]]:
