@@ -1,12 +1,12 @@
 // gemv_1_fp16: y = W x for decode at batch 1 (W N x K row-major __half, x K __half, y N
 // __half; fp32 accumulation). One warp per ROWS rows: in each step every lane loads 16
-// bytes (8 halves) of x once and 16 bytes of each of its ROWS rows, so the warp reads
-// 512 contiguous bytes of a row per load instruction and x is reused ROWS times from
-// registers; UNROLL steps' loads are issued before their arithmetic (more bytes in
-// flight per warp); a shuffle reduction ends each row. W is read exactly once, so a GEMV is a
+// bytes (8 halves) of x once and 16 bytes of each of its ROWS rows, so the warp reads 512
+// contiguous bytes of a row per load instruction and x is reused ROWS times from
+// registers; UNROLL steps' loads are issued before their arithmetic (more bytes in flight
+// per warp); a shuffle reduction ends each row. W is read exactly once, so a GEMV is a
 // copy of W with arithmetic on the side: 2 flops per 2 bytes, far below any ridge point.
-// Limit: memory-bound, 2 B per weight (+ x): copy bandwidth at best; the chapter's target is
-// 1.2x cuBLAS's fp16 GEMV (torch.matmul) at decode shapes on the H100.
+// Limit: memory-bound, 2 B per weight (+ x): copy bandwidth at best; the chapter's target
+// is 1.2x cuBLAS's fp16 GEMV (torch.matmul) at decode shapes on the H100.
 // Launch: block 32 * WARPS, grid ceil(N / (ROWS * WARPS)). K % 8 == 0 takes the 16-byte
 // path (row starts 16-byte aligned); other K fall back to one half per lane per step.
 

@@ -1,16 +1,17 @@
 // gemv_2_w8a16: y = (s * Q) x for decode at batch 1, weight-only int8 (Q N x K row-major
 // int8, one float32 scale per `group` consecutive weights of a row, scale[n][k / group];
 // x, y __half; fp32 accumulation). gemv_1's loop with 1 byte per weight instead of 2: a
-// lane's 16-byte load brings 16 weights, matched by 32 bytes of x. The bytes become floats
-// without the slow int-to-float instruction: byte b of the word w ^ 0x80808080 (q + 128,
-// an unsigned byte) is placed under the exponent of 2^23 with one byte permute
+// lane's 16-byte load brings 16 weights, matched by 32 bytes of x. The bytes become
+// floats without the slow int-to-float instruction: byte b of the word w ^ 0x80808080 (q
+// + 128, an unsigned byte) is placed under the exponent of 2^23 with one byte permute
 // (0x4B0000uu = 2^23 + q + 128 as a float), and one subtraction of 2^23 + 128 leaves q
 // exactly. The 16 products are summed, then scaled once (a group holds whole chunks).
 // As in gemv_1, UNROLL steps' loads are issued before their arithmetic.
-// Limit: memory-bound, 1 B per weight + 4 / group B of scale (+ x): half of gemv_1's bytes,
-// so up to 1.94x its speed; the chapter's target is 2.2x cuBLAS's fp16 GEMV on the H100.
-// Launch: block 32 * WARPS, grid ceil(N / (ROWS * WARPS)). K % 16 == 0 and group % 16 == 0
-// take the 16-byte path; anything else falls back to one weight per lane per step.
+// Limit: memory-bound, 1 B per weight + 4 / group B of scale (+ x): half of gemv_1's
+// bytes, so up to 1.94x its speed; the chapter's target is 2.2x cuBLAS's fp16 GEMV on the
+// H100.
+// Launch: block 32 * WARPS, grid ceil(N / (ROWS * WARPS)). K % 16 == 0 and group % 16 ==
+// 0 take the 16-byte path; anything else falls back to one weight per lane per step.
 
 #include <cuda_fp16.h>
 

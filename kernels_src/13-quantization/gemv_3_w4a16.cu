@@ -3,10 +3,10 @@
 // j; P N x K/2 bytes row-major; one float32 scale per `group` weights of a row; x, y
 // __half; fp32 accumulation). A lane's 16-byte load brings 32 weights (4 words of 8).
 // Unpacking in registers without shifts per nibble: a nibble at bit 4p (p <= 4) of a word
-// is masked and OR-ed under the exponent of 2^23 (one LOP3), giving the float
-// 2^23 + n 16^p; subtracting 2^23 + 8 16^p leaves (q) 16^p exactly. The power 16^p is
-// folded into x beforehand (x_k 16^-p, exact: a power of two), once per chunk and shared
-// by the warp's ROWS rows. Nibbles 5-7 come from the word shifted right by 12 (at p=2..4).
+// is masked and OR-ed under the exponent of 2^23 (one LOP3), giving the float 2^23 + n
+// 16^p; subtracting 2^23 + 8 16^p leaves (q) 16^p exactly. The power 16^p is folded into
+// x beforehand (x_k 16^-p, exact: a power of two), once per chunk and shared by the
+// warp's ROWS rows. Nibbles 5-7 come from the word shifted right by 12 (at p=2..4).
 // Limit: memory-bound, 0.5 B per weight + 4 / group B of scale (+ x): a quarter of
 // gemv_1's bytes; 3 instructions per weight (LOP3, FADD, FFMA) is close to what the SM
 // issues at full HBM speed, so ROWS and UNROLL (steps whose loads are issued together)

@@ -1,11 +1,12 @@
-// gemv_4_w4a16_smem: gemv_3_w4a16 with x prepared once per block instead of once per warp.
-// In gemv_3 every warp converts its 32 halves of x per chunk to floats and scales them by
-// 16^-p (32 conversions + 32 multiplies per 32 weights, shared only by the warp's ROWS
-// rows): nearly as many instructions as the unpacking itself. Here the block's threads
-// first write all of x, converted and pre-scaled, to shared memory (K floats), laid out
-// as float4 number i of chunk c at [i][c], so the 32 lanes of a warp, reading chunks c,
-// c + 1, ..., touch consecutive 16-byte words (no bank conflicts); then every warp runs
-// gemv_3's loop reading x with 8 shared-memory loads per chunk and no arithmetic.
+// gemv_4_w4a16_smem: gemv_3_w4a16 with x prepared once per block instead of once per
+// warp. In gemv_3 every warp converts its 32 halves of x per chunk to floats and scales
+// them by 16^-p (32 conversions + 32 multiplies per 32 weights, shared only by the warp's
+// ROWS rows): nearly as many instructions as the unpacking itself. Here the block's
+// threads first write all of x, converted and pre-scaled, to shared memory (K floats),
+// laid out as float4 number i of chunk c at [i][c], so the 32 lanes of a warp, reading
+// chunks c, c + 1, ..., touch consecutive 16-byte words (no bank conflicts); then every
+// warp runs gemv_3's loop reading x with 8 shared-memory loads per chunk and no
+// arithmetic.
 // Limit: memory-bound, 0.5 B per weight + 4 / group B of scale; the arithmetic left per
 // weight is one LOP3, one FADD and one FFMA.
 // Launch: block 32 * WARPS, grid ceil(N / (ROWS * WARPS)), shared_mem 4 K bytes. Requires

@@ -1,9 +1,9 @@
 // igemm_1_dp4a: C = A B^T in int8 with int32 accumulation (A M x K, B N x K, both
 // row-major int8, so both are read along K; C M x N int32). dp4a (sm_61+) multiplies the
 // four bytes of two 32-bit words and adds the four products to an int32: 4 multiply-adds
-// per instruction where fp32 does 1. A block of 16 x 16 threads computes a 64 x 64 tile of
-// C, each thread 4 x 4 outputs at stride 16; per step of 32 values of K the block stages a
-// 64 x 8-word tile of A and of B in shared memory (stored k-major, padded).
+// per instruction where fp32 does 1. A block of 16 x 16 threads computes a 64 x 64 tile
+// of C, each thread 4 x 4 outputs at stride 16; per step of 32 values of K the block
+// stages a 64 x 8-word tile of A and of B in shared memory (stored k-major, padded).
 // Limit: the CUDA cores: 4 ops x 2 (mul + add) per dp4a per lane, about 4x an fp32 FMA
 // kernel's rate at best; the shared-memory loads (2 per 16 dp4a) and this small tile keep
 // it well below that. Tensor Cores (igemm_2) are the real int8 path.

@@ -1,16 +1,16 @@
 // igemm_2_mma: C = A B^T in int8 on the Tensor Cores (A M x K, B N x K, both row-major
 // int8; C M x N int32). The structure of chapter 11's hgemm_3_cp_async with int8 data: a
 // block of 8 warps (2 x 4) computes a 128 x 128 tile, each warp 64 x 32 = 4 x 4 tiles of
-// mma.sync.m16n8k32.s8.s8.s32 (sm_80+); per step of 64 values of K, cp.async copies a
-// 128 x 64-byte tile of A and of B into a STAGES-deep ring in shared memory. Both operands
+// mma.sync.m16n8k32.s8.s8.s32 (sm_80+); per step of 64 values of K, cp.async copies a 128
+// x 64-byte tile of A and of B into a STAGES-deep ring in shared memory. Both operands
 // are K-major, so plain ldmatrix (no .trans) yields both fragments: an 8 x 8 b16 matrix
 // is 8 rows x 16 int8 values of K, and lane l receives row l / 4, bytes 4 (l % 4) .. + 3,
 // exactly the A and B register layouts of m16n8k32. 16-byte chunk c of tile row r is
 // stored at c ^ ((r / 2) % 4): the 8 rows one ldmatrix reads hit 8 distinct bank groups.
 // sm_75 (T4): each m16n8k32 becomes four mma.sync.m8n8k16 on the same registers, with
 // plain 16-byte copies (define IGEMM_SM75 to force that path, e.g. in a test).
-// Limit: one mma.sync does 2 x 16 x 8 x 32 = 8192 int ops, twice an fp16 m16n8k16, for the
-// same bytes of fragments; expect about 2x hgemm_3's rate. cuBLAS's int8 kernels on
+// Limit: one mma.sync does 2 x 16 x 8 x 32 = 8192 int ops, twice an fp16 m16n8k16, for
+// the same bytes of fragments; expect about 2x hgemm_3's rate. cuBLAS's int8 kernels on
 // Hopper use wgmma instead, which mma.sync cannot reach.
 // Launch: block 256, grid (N / 128, M / 128). Requires M, N multiples of 128 and K a
 // multiple of 64 (no bounds checks); A, B, C 16-byte aligned.
