@@ -74,7 +74,8 @@ __device__ __forceinline__ void steps(const signed char* __restrict__ Q,
     for (int u = 0; u < U; u++) {
         float xf[16];
         load_x16(x, c + 32 * u, xf);
-        for (int r = 0; r < ROWS; r++) acc[r] = fmaf(s[u][r], dot16_s8(wv[u][r], xf), acc[r]);
+        for (int r = 0; r < ROWS; r++)
+            acc[r] = fmaf(s[u][r], dot16_s8(wv[u][r], xf), acc[r]);
     }
 }
 

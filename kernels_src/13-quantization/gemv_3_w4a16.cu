@@ -82,7 +82,8 @@ __device__ __forceinline__ void steps(const unsigned char* __restrict__ P,
     for (int u = 0; u < U; u++) {
         float xf[32];
         load_x32(x, c + 32 * u, xf);
-        for (int r = 0; r < ROWS; r++) acc[r] = fmaf(s[u][r], dot32_s4(wv[u][r], xf), acc[r]);
+        for (int r = 0; r < ROWS; r++)
+            acc[r] = fmaf(s[u][r], dot32_s4(wv[u][r], xf), acc[r]);
     }
 }
 

@@ -74,7 +74,8 @@ extern "C" __global__ void gemv_4_w4a16_smem(int N, int K, int group,
     extern __shared__ float4 xs[];  // K / 4 float4: [8][K / 32]
     const int chunks = K / 32;
     for (int e = threadIdx.x; e < K / 4; e += blockDim.x) {  // 4 values of x per thread
-        const int c = e / 8, i = e % 8;  // float4 i of chunk c: word i / 2, nibbles 4 (i % 2)..
+        // float4 i of chunk c: word i / 2 of the chunk, nibbles 4 (i % 2) .. 4 (i % 2) + 3
+        const int c = e / 8, i = e % 8;
         const __half2* h = reinterpret_cast<const __half2*>(x) + 2 * e;
         const float2 a = __half22float2(h[0]), b = __half22float2(h[1]);
         const int n0 = 4 * (i % 2);  // nibble index of the first of the four

@@ -13,7 +13,8 @@
 #define TILE 64
 #define KW 8  // 32-bit words of K per step (32 int8 values)
 
-extern "C" __global__ void igemm_1_dp4a(int M, int N, int K, const signed char* __restrict__ A,
+extern "C" __global__ void igemm_1_dp4a(int M, int N, int K,
+                                        const signed char* __restrict__ A,
                                         const signed char* __restrict__ B,
                                         int* __restrict__ C) {
     __shared__ int As[KW][TILE + 1];  // +1: the k-major stores hit different banks
@@ -27,10 +28,9 @@ extern "C" __global__ void igemm_1_dp4a(int M, int N, int K, const signed char* 
     for (int k0 = 0; k0 < words; k0 += KW) {
         for (int e = tid; e < TILE * KW; e += 256) {  // 2 words of A and of B per thread
             int r = e / KW, k = e % KW;
-            As[k][r] = row0 + r < M && k0 + k < words ? A4[(size_t)(row0 + r) * words + k0 + k]
-                                                      : 0;
-            Bs[k][r] = col0 + r < N && k0 + k < words ? B4[(size_t)(col0 + r) * words + k0 + k]
-                                                      : 0;
+            const bool in_k = k0 + k < words;
+            As[k][r] = row0 + r < M && in_k ? A4[(size_t)(row0 + r) * words + k0 + k] : 0;
+            Bs[k][r] = col0 + r < N && in_k ? B4[(size_t)(col0 + r) * words + k0 + k] : 0;
         }
         __syncthreads();
         for (int k = 0; k < KW; k++) {

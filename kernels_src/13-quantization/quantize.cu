@@ -40,7 +40,8 @@ __device__ __forceinline__ bool my_group(int rows, int cols, int group, int& row
 
 extern "C" __global__ void quantize_int8(int rows, int cols, int group,
                                          const float* __restrict__ w,
-                                         signed char* __restrict__ q, float* __restrict__ scale) {
+                                         signed char* __restrict__ q,
+                                         float* __restrict__ scale) {
     int row, c0, len, gid;
     if (!my_group(rows, cols, group, row, c0, len, gid)) return;
     const int lane = threadIdx.x % 32;
@@ -95,11 +96,10 @@ extern "C" __global__ void quantize_uint8_zero_point(int rows, int cols, int gro
     }
 }
 
-extern "C" __global__ void dequantize_uint8_zero_point(int rows, int cols, int group,
-                                                       const unsigned char* __restrict__ q,
-                                                       const float* __restrict__ scale,
-                                                       const unsigned char* __restrict__ zero,
-                                                       float* __restrict__ w) {
+extern "C" __global__ void dequantize_uint8_zero_point(
+    int rows, int cols, int group, const unsigned char* __restrict__ q,
+    const float* __restrict__ scale, const unsigned char* __restrict__ zero,
+    float* __restrict__ w) {
     const int groups = (cols + group - 1) / group;
     const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (size_t)rows * cols) return;
