@@ -56,6 +56,7 @@ UNSUPPORTED = [
     (r"\bthis_multi_grid\b", "cooperative-groups multi-grid sync"),
     (r"<<<", "dynamic parallelism (a kernel launching a kernel with <<<...>>>)"),
     (r"\b__cluster_dims__\b|\bthis_cluster\b", "thread block clusters"),
+    (r"\b__nv_cvt_\w*fp8\w*|\b__nv_fp8\w*", "fp8 conversions (cuda_fp8.h)"),
 ]
 # Anything that needs every thread of a block to be a fiber.
 NEEDS_FIBERS = re.compile(

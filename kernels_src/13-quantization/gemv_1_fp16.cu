@@ -1,0 +1,88 @@
+// gemv_1_fp16: y = W x for decode at batch 1 (W N x K row-major __half, x K __half, y N
+// __half; fp32 accumulation). One warp per ROWS rows: in each step every lane loads 16
+// bytes (8 halves) of x once and 16 bytes of each of its ROWS rows, so the warp reads 512
+// contiguous bytes of a row per load instruction and x is reused ROWS times from
+// registers; UNROLL steps' loads are issued before their arithmetic (more bytes in flight
+// per warp); a shuffle reduction ends each row. W is read exactly once, so a GEMV is a
+// copy of W with arithmetic on the side: 2 flops per 2 bytes, far below any ridge point.
+// Limit: memory-bound, 2 B per weight (+ x): copy bandwidth at best; the chapter's target
+// is 1.2x cuBLAS's fp16 GEMV (torch.matmul) at decode shapes on the H100.
+// Launch: block 32 * WARPS, grid ceil(N / (ROWS * WARPS)). K % 8 == 0 takes the 16-byte
+// path (row starts 16-byte aligned); other K fall back to one half per lane per step.
+
+#include <cuda_fp16.h>
+
+#ifndef ROWS
+#define ROWS 1  // rows per warp
+#endif
+#ifndef UNROLL
+#define UNROLL 2  // 16-byte chunks per lane and row in flight at once (H100 sweep)
+#endif
+
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int d = 16; d > 0; d /= 2) v += __shfl_xor_sync(0xffffffffu, v, d);
+    return v;
+}
+
+// acc += the dot product of 8 halves of w and 8 floats of x
+__device__ __forceinline__ float dot8(uint4 w, const float* xf, float acc) {
+    const __half2* h = reinterpret_cast<const __half2*>(&w);
+    for (int i = 0; i < 4; i++) {
+        float2 f = __half22float2(h[i]);
+        acc = fmaf(f.x, xf[2 * i], acc);
+        acc = fmaf(f.y, xf[2 * i + 1], acc);
+    }
+    return acc;
+}
+
+// U chunks (16 bytes each) of each of the warp's rows from chunk c on, every lane at stride
+// 32 chunks: all U x ROWS loads are issued before the first product, so a warp waits for
+// memory once per U chunks instead of once per chunk.
+template <int U>
+__device__ __forceinline__ void steps(const __half* __restrict__ W,
+                                      const __half* __restrict__ x, int N, int K, int row0,
+                                      int c, float* acc) {
+    uint4 wv[U][ROWS];
+    for (int u = 0; u < U; u++)
+        for (int r = 0; r < ROWS; r++)  // rows past N read row 0 and are never stored
+            wv[u][r] = __ldg(reinterpret_cast<const uint4*>(
+                               W + (size_t)(row0 + r < N ? row0 + r : 0) * K) + c + 32 * u);
+    for (int u = 0; u < U; u++) {
+        uint4 xv = __ldg(reinterpret_cast<const uint4*>(x) + c + 32 * u);
+        float xf[8];
+        const __half2* xh = reinterpret_cast<const __half2*>(&xv);
+        for (int i = 0; i < 4; i++) {
+            float2 f = __half22float2(xh[i]);
+            xf[2 * i] = f.x;
+            xf[2 * i + 1] = f.y;
+        }
+        for (int r = 0; r < ROWS; r++) acc[r] = dot8(wv[u][r], xf, acc[r]);
+    }
+}
+
+extern "C" __global__ void gemv_1_fp16(int N, int K, const __half* __restrict__ W,
+                                       const __half* __restrict__ x,
+                                       __half* __restrict__ y) {
+    const int lane = threadIdx.x % 32;
+    const int row0 = (blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32) * ROWS;
+    if (row0 >= N) return;
+    float acc[ROWS] = {};
+    if (K % 8 == 0) {
+        const int chunks = K / 8;
+        int c = lane;
+        for (; c + 32 * (UNROLL - 1) < chunks; c += 32 * UNROLL)
+            steps<UNROLL>(W, x, N, K, row0, c, acc);
+        for (; c < chunks; c += 32) steps<1>(W, x, N, K, row0, c, acc);
+    } else {
+        for (int k = lane; k < K; k += 32) {
+            float xk = __half2float(x[k]);
+            for (int r = 0; r < ROWS; r++)
+                if (row0 + r < N)
+                    acc[r] = fmaf(__half2float(W[(size_t)(row0 + r) * K + k]), xk, acc[r]);
+        }
+    }
+    for (int r = 0; r < ROWS; r++) {
+        float v = warp_sum(acc[r]);
+        if (lane == 0 && row0 + r < N) y[row0 + r] = __float2half_rn(v);
+    }
+}

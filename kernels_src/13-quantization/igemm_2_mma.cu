@@ -1,0 +1,144 @@
+// igemm_2_mma: C = A B^T in int8 on the Tensor Cores (A M x K, B N x K, both row-major
+// int8; C M x N int32). The structure of chapter 11's hgemm_3_cp_async with int8 data: a
+// block of 8 warps (2 x 4) computes a 128 x 128 tile, each warp 64 x 32 = 4 x 4 tiles of
+// mma.sync.m16n8k32.s8.s8.s32 (sm_80+); per step of 64 values of K, cp.async copies a 128
+// x 64-byte tile of A and of B into a STAGES-deep ring in shared memory. Both operands
+// are K-major, so plain ldmatrix (no .trans) yields both fragments: an 8 x 8 b16 matrix
+// is 8 rows x 16 int8 values of K, and lane l receives row l / 4, bytes 4 (l % 4) .. + 3,
+// exactly the A and B register layouts of m16n8k32. 16-byte chunk c of tile row r is
+// stored at c ^ ((r / 2) % 4): the 8 rows one ldmatrix reads hit 8 distinct bank groups.
+// sm_75 (T4): each m16n8k32 becomes four mma.sync.m8n8k16 on the same registers, with
+// plain 16-byte copies (define IGEMM_SM75 to force that path, e.g. in a test).
+// Limit: one mma.sync does 2 x 16 x 8 x 32 = 8192 int ops, twice an fp16 m16n8k16, for
+// the same bytes of fragments; expect about 2x hgemm_3's rate. cuBLAS's int8 kernels on
+// Hopper use wgmma instead, which mma.sync cannot reach.
+// Launch: block 256, grid (N / 128, M / 128). Requires M, N multiples of 128 and K a
+// multiple of 64 (no bounds checks); A, B, C 16-byte aligned.
+
+
+#define BM 128
+#define BN 128
+#define BK 64  // bytes = int8 values of K per step
+#ifndef STAGES
+#define STAGES 3  // 3 x (8 + 8) KiB = 48 KiB of static shared memory
+#endif
+
+#if __CUDA_ARCH__ >= 800 && !defined(IGEMM_SM75)
+#define IGEMM_SM80 1
+#endif
+
+// byte offset of (row r, byte k) in a 128 x 64-byte tile, 16-byte chunks swizzled
+__device__ __forceinline__ int tile_off(int r, int k) {
+    return r * BK + ((((k >> 4) ^ (r >> 1)) & 3) << 4) + (k & 15);
+}
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+    return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void copy16(signed char* dst, const signed char* src) {
+#ifdef IGEMM_SM80
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n"
+                 :: "r"(smem_addr(dst)), "l"(src));
+#else
+    *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
+#endif
+}
+__device__ __forceinline__ void commit() {
+#ifdef IGEMM_SM80
+    asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+__device__ __forceinline__ void wait_oldest() {
+#ifdef IGEMM_SM80
+    asm volatile("cp.async.wait_group %0;\n" :: "n"(STAGES - 2) : "memory");
+#endif
+}
+
+// d += a b for one 16 x 8 tile, k = 32: a is 4 registers (4 int8 each), b is 2
+__device__ __forceinline__ void mma_16x8x32(int* d, const unsigned* a, const unsigned* b) {
+#ifdef IGEMM_SM80
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+    // rows g (d0, d1) and g + 8 (d2, d3); k 0-15 (a0/a1, b0) and 16-31 (a2/a3, b1)
+    asm volatile("mma.sync.aligned.m8n8k16.row.col.s32.s8.s8.s32 "
+                 "{%0,%1}, {%2}, {%3}, {%0,%1};\n"
+                 : "+r"(d[0]), "+r"(d[1]) : "r"(a[0]), "r"(b[0]));
+    asm volatile("mma.sync.aligned.m8n8k16.row.col.s32.s8.s8.s32 "
+                 "{%0,%1}, {%2}, {%3}, {%0,%1};\n"
+                 : "+r"(d[0]), "+r"(d[1]) : "r"(a[2]), "r"(b[1]));
+    asm volatile("mma.sync.aligned.m8n8k16.row.col.s32.s8.s8.s32 "
+                 "{%0,%1}, {%2}, {%3}, {%0,%1};\n"
+                 : "+r"(d[2]), "+r"(d[3]) : "r"(a[1]), "r"(b[0]));
+    asm volatile("mma.sync.aligned.m8n8k16.row.col.s32.s8.s8.s32 "
+                 "{%0,%1}, {%2}, {%3}, {%0,%1};\n"
+                 : "+r"(d[2]), "+r"(d[3]) : "r"(a[3]), "r"(b[1]));
+#endif
+}
+
+extern "C" __global__ void __launch_bounds__(256)
+igemm_2_mma(int M, int N, int K, const signed char* __restrict__ A,
+            const signed char* __restrict__ B, int* __restrict__ C) {
+    __shared__ __align__(128) signed char As[STAGES][BM * BK];
+    __shared__ __align__(128) signed char Bs[STAGES][BN * BK];
+    const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+    const int wm = (warp / 4) * 64, wn = (warp % 4) * 32;  // the warp's 64 x 32 tile
+    const int row0 = blockIdx.y * BM, col0 = blockIdx.x * BN;
+    const int steps = K / BK;
+    int acc[4][4][4] = {};
+
+    auto load = [&](int step) {  // 2 + 2 chunks of 16 bytes per thread
+        const int s = step % STAGES, k0 = step * BK;
+        for (int c = tid; c < 512; c += 256) {
+            int r = c / 4, k = (c % 4) * 16;
+            copy16(&As[s][tile_off(r, k)], &A[(size_t)(row0 + r) * K + k0 + k]);
+            copy16(&Bs[s][tile_off(r, k)], &B[(size_t)(col0 + r) * K + k0 + k]);
+        }
+    };
+    for (int step = 0; step < STAGES - 1; step++) {
+        if (step < steps) load(step);
+        commit();
+    }
+    for (int step = 0; step < steps; step++) {
+        wait_oldest();
+        __syncthreads();
+        if (step + STAGES - 1 < steps) load(step + STAGES - 1);
+        commit();
+        const signed char* as = As[step % STAGES];
+        const signed char* bs = Bs[step % STAGES];
+        for (int kk = 0; kk < BK; kk += 32) {
+            unsigned a[4][4], b[4][2];
+            for (int i = 0; i < 4; i++) {  // lanes 0-15: rows at kk, 16-31: at kk + 16
+                int r = wm + 16 * i + lane % 16, k = kk + (lane / 16) * 16;
+                asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 "
+                             "{%0,%1,%2,%3}, [%4];\n"
+                             : "=r"(a[i][0]), "=r"(a[i][1]), "=r"(a[i][2]), "=r"(a[i][3])
+                             : "r"(smem_addr(&as[tile_off(r, k)])));
+            }
+            for (int j = 0; j < 4; j += 2) {  // matrices: (n, k), (n, k+16), (n+8, k), ..
+                int n = wn + 8 * j + (lane / 16) * 8 + lane % 8;
+                int k = kk + ((lane / 8) % 2) * 16;
+                asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 "
+                             "{%0,%1,%2,%3}, [%4];\n"
+                             : "=r"(b[j][0]), "=r"(b[j][1]), "=r"(b[j + 1][0]),
+                               "=r"(b[j + 1][1])
+                             : "r"(smem_addr(&bs[tile_off(n, k)])));
+            }
+            for (int i = 0; i < 4; i++)
+                for (int j = 0; j < 4; j++) mma_16x8x32(acc[i][j], a[i], b[j]);
+        }
+    }
+#ifdef IGEMM_SM80
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+#endif
+    // accumulator layout: rows g and g + 8, columns 2t and 2t + 1 of each 16 x 8 tile
+    const int g = lane / 4, t = lane % 4;
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 4; j++) {
+            size_t r = row0 + wm + 16 * i + g, n = col0 + wn + 8 * j + 2 * t;
+            *reinterpret_cast<int2*>(&C[r * N + n]) = make_int2(acc[i][j][0], acc[i][j][1]);
+            *reinterpret_cast<int2*>(&C[(r + 8) * N + n]) =
+                make_int2(acc[i][j][2], acc[i][j][3]);
+        }
+}
