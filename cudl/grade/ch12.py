@@ -1,5 +1,6 @@
 """Chapter 12 (Flash Attention): launchers of the chapter's kernels and a float64 reference, shared by the
-chapter, its tests and kernels_src/12-flash-attention/gpu_check.py.
+chapter, its tests and kernels_src/12-flash-attention/gpu_check.py; the graders of its exercises (the online
+softmax update of one tile, a causal mask, and a CUDA-core attention forward as the speed challenge).
 
 Q, K, V and O are [BH, S, D] fp16 arrays (BH = batch x heads), LSE is [BH, S] float32 (natural log).
 """
@@ -12,6 +13,8 @@ from typing import Any
 import numpy as np
 
 import cudl
+from cudl.grade import grader
+from cudl.grade.guard import check_guard, guarded
 
 D = "12-flash-attention"
 
@@ -92,3 +95,127 @@ def naive_attention(q: Any, k: Any, v: Any, causal: bool, buffers: tuple[Any, An
     softmax((bh * S,), threads, (s, p, bh * S, S))
     pv((cdiv(d, 32), cdiv(S, 8), bh), (32, 8), (S, d, p, v, o))
     return o
+
+
+# ------------------------------------------------------------------------------ graders of the exercises
+
+NEG_INF = -np.inf
+ROW_BLOCK = 128  # online_softmax_tile: one thread per row, 128 threads per block
+
+
+def _tile_state(rng: np.random.Generator, rows: int, d: int, first: bool) -> tuple[np.ndarray, ...]:
+    """(m, l, o) of rows after some earlier tiles (or the empty state of the first tile): m up to a few
+    units either side of 0, l >= 1 (the maximum's own term), o as large as l times a typical v."""
+    if first:
+        return np.full(rows, NEG_INF, np.float32), np.zeros(rows, np.float32), np.zeros((rows, d), np.float32)
+    m = rng.uniform(-4, 4, rows).astype(np.float32)
+    l_sum = (1 + rng.uniform(0, 20, rows)).astype(np.float32)
+    o = (rng.standard_normal((rows, d)) * l_sum[:, None]).astype(np.float32)
+    return m, l_sum, o
+
+
+TILE_CASES = [dict(rows=1, bc=1, d=1, first=True), dict(rows=5, bc=16, d=8, first=True),
+              dict(rows=37, bc=64, d=64, first=False), dict(rows=130, bc=64, d=128, first=False),
+              dict(rows=300, bc=32, d=64, first=True), dict(rows=1000, bc=64, d=128, first=False)]
+TILE_EMU_CASES = [*TILE_CASES[:5], dict(rows=200, bc=64, d=128, first=False)]
+
+
+@grader("online_softmax_tile", kernels=["online_softmax_tile"], cases=TILE_CASES, emulator_cases=TILE_EMU_CASES,
+        rtol=1e-4,
+        hint=["one thread per row: find the tile's maximum, the new running maximum m', the factor "
+              "alpha = exp(m - m') for what l and o hold, then add exp(s - m') to l and exp(s - m') v to o",
+              "some rows see only -infinity in this tile (masked keys), some on their first tile (m = -inf): "
+              "exp(-inf - (-inf)) is NaN, so when m' is -infinity leave m, l and o as they are",
+              "m_new = fmaxf(m, tile max); if (m_new == -inf) return; alpha = expf(m - m_new); "
+              "l = alpha * l + sum_j expf(s_j - m_new); o[k] = alpha * o[k] + sum_j expf(s_j - m_new) * v[j][k]"])
+def online_softmax_tile(load: Any, case: dict[str, Any]) -> list[tuple[Any, Any]]:
+    """Update (m, l, o) of each row with one tile of scores s [rows, bc] and values v [bc, d]."""
+    rows, bc, d = case["rows"], case["bc"], case["d"]
+    rng = np.random.default_rng()
+    s_host = (rng.standard_normal((rows, bc)) * 3 + rng.uniform(-6, 6, (rows, 1))).astype(np.float32)
+    s_host[rng.random((rows, bc)) < 0.2] = NEG_INF  # masked keys
+    s_host[rng.random(rows) < 0.1] = NEG_INF  # rows whose keys are all masked in this tile
+    v_host = rng.standard_normal((bc, d)).astype(np.float32)
+    m_host, l_host, o_host = _tile_state(rng, rows, d, case["first"])
+    s, v = guarded(s_host)[0], guarded(v_host)[0]
+    (m, mbuf), (l_dev, lbuf), (o, obuf) = guarded(m_host), guarded(l_host), guarded(o_host)
+    load("online_softmax_tile")(((rows + ROW_BLOCK - 1) // ROW_BLOCK,), (ROW_BLOCK,),
+                                (s, v, m, l_dev, o, rows, bc, d))
+    cudl.sync()
+    for buf, n, name in [(mbuf, rows, "m"), (lbuf, rows, "l"), (obuf, rows * d, "o")]:
+        check_guard(buf, n, name)
+    sd, m0 = s_host.astype(np.float64), m_host.astype(np.float64)
+    m_new = np.maximum(m0, sd.max(axis=1))
+    live = np.isfinite(m_new)
+    base = np.where(live, m_new, 0.0)
+    alpha = np.where(live, np.exp(m0 - base), 1.0)
+    p = np.exp(sd - base[:, None])
+    l_ref = alpha * l_host + p.sum(axis=1)
+    o_ref = alpha[:, None] * o_host + p @ v_host.astype(np.float64)
+    m_got = cudl.to_numpy(m)  # -infinity checked exactly (a tolerance would accept any value there)
+    return [(np.isneginf(m_got).astype(np.int32), (~live).astype(np.int32)),
+            (np.where(live, m_got, 0.0), np.where(live, m_new, 0.0)), (l_dev, l_ref), (o, o_ref)]
+
+
+MASK_CASES = [dict(rows=1, cols=1, row0=0, col0=0, S=1), dict(rows=64, cols=64, row0=64, col0=64, S=4096),
+              dict(rows=64, cols=64, row0=128, col0=0, S=4096), dict(rows=64, cols=64, row0=0, col0=64, S=4096),
+              dict(rows=48, cols=40, row0=100, col0=96, S=130), dict(rows=100, cols=77, row0=30, col0=50, S=120)]
+
+
+@grader("causal_mask_tile", kernels=["causal_mask_tile"], cases=MASK_CASES,
+        hint=["one thread per element of the tile: element (i, j) is query row0 + i against key col0 + j",
+              "a key after its query (col0 + j > row0 + i) and a key past the sequence (col0 + j >= S) are "
+              "masked; the grid covers ceil(cols / 32) x ceil(rows / 8) blocks, so check i < rows and j < cols",
+              "if (i < rows && j < cols) { float* e = &s[i * cols + j]; *e = (col0 + j > row0 + i || col0 + j >= S) "
+              "? -__int_as_float(0x7f800000) : *e * scale; }"])
+def causal_mask_tile(load: Any, case: dict[str, Any]) -> list[tuple[Any, Any]]:
+    """Scale a rows x cols tile of scores in place and set masked entries to -infinity."""
+    rows, cols, row0, col0, S = (case[k] for k in ("rows", "cols", "row0", "col0", "S"))
+    rng = np.random.default_rng()
+    s_host = rng.standard_normal((rows, cols)).astype(np.float32) * 8
+    scale = np.float32(rng.uniform(0.05, 0.2))
+    s, buf = guarded(s_host)
+    load("causal_mask_tile")(((cols + 31) // 32, (rows + 7) // 8), (32, 8), (s, rows, cols, row0, col0, S, scale))
+    cudl.sync()
+    check_guard(buf, rows * cols, "s")
+    i, j = np.indices((rows, cols))
+    masked = (col0 + j > row0 + i) | (col0 + j >= S)
+    got = cudl.to_numpy(s)
+    ref = np.where(masked, 0.0, s_host.astype(np.float64) * np.float64(scale))
+    # -infinity compared by tolerance would accept any value: compare where the mask is, exactly
+    return [(np.isneginf(got).astype(np.int32), masked.astype(np.int32)), (np.where(masked, 0.0, got), ref)]
+
+
+ATT_WARPS = 4  # attention_rows: one warp per query row, 4 rows per block
+ATT_D = 64
+ATT_CASES = [dict(bh=1, S=1, causal=False), dict(bh=2, S=33, causal=True), dict(bh=3, S=100, causal=False),
+             dict(bh=2, S=257, causal=True), dict(bh=4, S=1024, causal=False), dict(bh=8, S=2048, causal=True)]
+ATT_EMU_CASES = [*ATT_CASES[:4], dict(bh=2, S=300, causal=False), dict(bh=1, S=500, causal=True)]
+
+
+@grader("attention_rows", kernels=["attention_rows"], cases=ATT_CASES, emulator_cases=ATT_EMU_CASES, rtol=1e-4,
+        speed=dict(case=dict(bh=8, S=2048, causal=True), factor=3),
+        hint=["one warp per query row: the 32 lanes take 32 keys at a time (lane j scores key k0 + j against "
+              "the row's q, which every lane reads), then the warp merges the 32 scores into its running maximum "
+              "and sum, and adds their weighted values to o (lane j owns o[j] and o[j + 32])",
+              "per chunk of 32 keys: mx = warp maximum of the scores (__shfl_xor_sync), m_new = max(m, mx), "
+              "alpha = expf(m - m_new), p = expf(score - m_new) (0 for keys past the end or masked); l = alpha * l "
+              "+ warp sum of p; o[k] = alpha * o[k] + sum over j of p_j * V[k0 + j][k], p_j from lane j by "
+              "__shfl_sync; with causal, the row's last key is the row itself",
+              "start from m = -infinity and skip the update while m_new is -infinity; at the end each lane writes "
+              "O[row][lane] = o[0] / l and O[row][lane + 32] = o[1] / l"])
+def attention_rows(load: Any, case: dict[str, Any]) -> list[tuple[Any, Any]]:
+    """O = softmax(Q K^T / sqrt(64)) V (causal or not) for bh heads of S rows, fp32, d = 64."""
+    bh, S, causal = case["bh"], case["S"], case["causal"]
+    rng = np.random.default_rng()
+    q_host = (rng.standard_normal((bh, S, ATT_D)) * 2).astype(np.float32)
+    k_host, v_host = rng.standard_normal((2, bh, S, ATT_D)).astype(np.float32)
+    q, k, v = guarded(q_host)[0], guarded(k_host)[0], guarded(v_host)[0]
+    o, buf = guarded(np.full((bh, S, ATT_D), np.nan, np.float32))
+    scale = np.float32(1 / math.sqrt(ATT_D))
+    load("attention_rows")(((S + ATT_WARPS - 1) // ATT_WARPS, bh), (32 * ATT_WARPS,),
+                           (q, k, v, o, S, scale, int(causal)))
+    cudl.sync()
+    check_guard(buf, bh * S * ATT_D, "O")
+    ref, _ = reference(q_host, k_host, v_host, causal, float(scale))
+    return [(o, ref)]
