@@ -201,6 +201,8 @@ def _gpu_module(source: str, shown: str, options: tuple[str, ...], names: tuple[
 
     # A full toolkit's headers after CuPy's own: some pip layouts of CUDA 13 lack crt/mma.h (needed by WMMA).
     extra = tuple(f"-I{d}" for d in cuda_include_dirs())
+    if any(o.startswith(("-arch=", "--gpu-architecture=")) for o in options):
+        return _arch_module(source, shown, options)
     mod = cupy.RawModule(code=with_line_directive(source, shown), options=("-std=c++17", *options, *extra),
                          name_expressions=names or None)
     try:
@@ -208,6 +210,21 @@ def _gpu_module(source: str, shown: str, options: tuple[str, ...], names: tuple[
     except cupy.cuda.compiler.CompileException as exc:
         raise CompileError(f"{shown} does not compile:\n" + format_log(str(exc), source, shown)) from None
     return mod
+
+
+def _arch_module(source: str, shown: str, options: tuple[str, ...]) -> Any:
+    """A module for the -arch the caller names (e.g. sm_90a for wgmma): CuPy adds its own -arch, so the
+    CUBIN comes from NVRTC through cuda-bindings and CuPy loads the file."""
+    import tempfile
+
+    import cupy
+
+    from .compile import _nvrtc
+
+    _, cubin, _ = _nvrtc(source, shown, ["-std=c++17", *options], (), True, "(NVRTC)")
+    with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as f:
+        f.write(cubin)
+    return cupy.RawModule(path=f.name)
 
 
 def load(file_or_source: str, name: str, *, options: Sequence[str] = (),
