@@ -18,7 +18,8 @@ def tensor_map_2d(a: Any, box: tuple[int, int], swizzle_128b: bool = True) -> An
         raise ValueError("tensor_map_2d takes a C-contiguous float16 array")
     err, tmap = cu.cuTensorMapEncodeTiled(
         cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, a.data.ptr,
-        [cols, rows], [cols * 2], [box[1], box[0]], [1, 1],
+        [cu.cuuint64_t(cols), cu.cuuint64_t(rows)], [cu.cuuint64_t(cols * 2)],
+        [cu.cuuint32_t(box[1]), cu.cuuint32_t(box[0])], [cu.cuuint32_t(1), cu.cuuint32_t(1)],
         cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
         cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B if swizzle_128b
         else cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_NONE,

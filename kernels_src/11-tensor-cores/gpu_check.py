@@ -19,14 +19,19 @@ torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False
 rows: list[str] = []
 cc = torch.cuda.get_device_capability()
 # name: (file, kernel, threads, (BM, BN), options, tma)
+W128 = ("-DBM=128", "-DBN=128", "-DWARPS_N=4")
 VARIANTS = {
-    "1 wmma": ("hgemm_1_wmma", "hgemm_1_wmma", 128, (64, 64), (), False),
+    "1 wmma 64": ("hgemm_1_wmma", "hgemm_1_wmma", 128, (64, 64), (), False),
+    "1 wmma 128": ("hgemm_1_wmma", "hgemm_1_wmma", 256, (128, 128), W128, False),
     "2 mma+ldmatrix": ("hgemm_2_mma_ldmatrix", "hgemm_2_mma_ldmatrix", 256, (128, 128), (), False),
     "2 sm75 path": ("hgemm_2_mma_ldmatrix", "hgemm_2_mma_ldmatrix", 256, (128, 128),
                     ("-DHGEMM_SM75",), False),
-    "3 cp.async": ("hgemm_3_cp_async", "hgemm_3_cp_async", 256, (128, 128), (), False),
     "3 sm75 path": ("hgemm_3_cp_async", "hgemm_3_cp_async", 256, (128, 128), ("-DHGEMM_SM75",), False),
 }
+for bn in (128, 256):
+    for st in (3, 4):
+        VARIANTS[f"3 cp.async {bn} s{st}"] = ("hgemm_3_cp_async", "hgemm_3_cp_async", 256, (128, bn),
+                                             (f"-DBN={bn}", f"-DSTAGES={st}"), False)
 if cc == (9, 0):
     for st in (3, 4):
         VARIANTS[f"4 wgmma s{st}"] = ("hgemm_4_wgmma", "hgemm_4_wgmma", 256, (128, 256),
@@ -35,9 +40,14 @@ if cc == (9, 0):
                                          ("-arch=sm_90a", f"-DSTAGES={st}"), True)
 
 
-def smem_bytes(opts) -> int:
-    st = int([o for o in opts if o.startswith("-DSTAGES=")][0][9:])
-    return st * (128 * 64 * 2 + 64 * 256 * 2) + 1024 + 16 * st
+def smem_bytes(kname, opts) -> int:
+    d = dict(o[2:].split("=") for o in opts if o.startswith("-D") and "=" in o)
+    st = int(d.get("STAGES", 3))
+    if kname == "hgemm_3_cp_async":
+        return st * (128 + int(d.get("BN", 128))) * 32 * 2
+    if "wgmma" in kname:
+        return st * (128 * 64 * 2 + 64 * 256 * 2) + 1024 + 16 * st
+    return 0
 
 
 def launcher(name, M, N, K, a, b, c, extra=()):
@@ -45,7 +55,7 @@ def launcher(name, M, N, K, a, b, c, extra=()):
     opts = (*opts, *extra)
     k = cudl.load(f"{D}/{f}.cu", kname, options=opts)
     grid = (N // bn, M // bm)
-    sm = smem_bytes(opts) if "-arch=sm_90a" in opts else 0
+    sm = smem_bytes(kname, opts)
     if tma:
         from cudl.tma import tensor_map_2d
         ma, mb = tensor_map_2d(a, (128, 64)), tensor_map_2d(b, (64, 64))
@@ -70,7 +80,7 @@ ok: dict[str, tuple] = {}
 for name in VARIANTS:
     for extra in ((), ("-DB_LBO=1024", "-DB_SBO=8192")) if "wgmma" in name else ((),):
         try:
-            errs = [rel_err(name, *s, extra) for s in ((1024, 1024, 1024), (256, 512, 192))]
+            errs = [rel_err(name, *s, extra) for s in ((1024, 1024, 1024), (256, 512, 192), (384, 768, 4096))]
             good = all(e < 1e-3 for e in errs)
             print(f"{'OK ' if good else 'BAD'} {name} {extra}: rel err {errs}", flush=True)
             if good:
