@@ -161,7 +161,7 @@ def counters(kernel: Kernel, grid: int | Sequence[int], block: int | Sequence[in
                              "load it from kernels_src/")
         source, shown = resolve(str(path))
         names = (kernel.name,) if "<" in kernel.name else ()
-        mod = emulator.compile_module(source, shown, (), names)
+        mod = emulator.compile_module(source, shown, kernel._options, names)  # its -D options too
         note = " (the backend is a GPU; these counts come from the emulator and need no GPU)"
     host = [_host(a) for a in args]
     conv = []

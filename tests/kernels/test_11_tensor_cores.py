@@ -163,3 +163,36 @@ def test_ldmatrix_bank_conflicts(name, swizzled):
                       (128, 128, 32, a, b, cudl.poisoned(128 * 128)), shared_mem=shared_bytes(name))
     ways = c.shared_ways("load")
     assert (ways == 1.0) if swizzled else (ways >= 2.0), f"{name} swizzled={swizzled}: {ways}-way loads"
+
+
+def test_no_swizzle_option_counts_conflicts():
+    """-DHGEMM_NO_SWIZZLE (what the chapter counts) gives plain tiles: right, with conflicted ldmatrix; the
+    counters compile the kernel with its -D options (on a GPU backend they recompile it for the emulator)."""
+    opts = ("-DHGEMM_NO_SWIZZLE",)
+    run_and_check("hgemm_2_mma_ldmatrix", 128, 128, 64, options=opts)
+    k = cudl.load("11-tensor-cores/hgemm_2_mma_ldmatrix.cu", "hgemm_2_mma_ldmatrix", options=opts)
+    a, b = np.ones((128, 32), np.float16), np.ones((32, 128), np.float16)
+    c = cudl.counters(k, (1, 1), 256, (128, 128, 32, a, b, cudl.poisoned(128 * 128)))
+    assert c.shared_ways("load") >= 2.0
+
+
+@pytest.mark.parametrize("kernel,threads", [("hgemm_4_wgmma", 256), ("hgemm_5_wgmma_tma", 384)])
+def test_wgmma_kernels_on_hopper(kernel, threads):
+    """Kernels 4 and 5 (wgmma, TMA: sm_90a only) against float64, on an sm_90 GPU under `make gpu-test`."""
+    if not cudl.on_gpu() or cudl.device_info()["cc"] != "9.0":
+        pytest.skip("wgmma and TMA run on sm_90 GPUs only (not on the emulator)")
+    from cudl.tma import tensor_map_2d
+
+    k = cudl.load("11-tensor-cores/hgemm_4_wgmma.cu", kernel, options=["-arch=sm_90a"])
+    smem = 4 * (128 * 64 + 64 * 256) * 2 + 1024 + 16 * 4
+    for M, N, K in ((128, 256, 64), (384, 768, 4096)):
+        rng = np.random.default_rng()
+        a = rng.standard_normal((M, K)).astype(np.float16)
+        b = rng.standard_normal((K, N)).astype(np.float16)
+        A, B, C = cudl.xp.asarray(a), cudl.xp.asarray(b), cudl.poisoned((M, N))
+        args = (M, N, K, tensor_map_2d(A, (128, 64)), tensor_map_2d(B, (64, 64)), C) \
+            if kernel == "hgemm_5_wgmma_tma" else (M, N, K, A, B, C)
+        k((N // 256, M // 128), threads, args, shared_mem=smem)
+        ref = a.astype(np.float64) @ b.astype(np.float64)
+        got = cudl.to_numpy(C).astype(np.float64)
+        assert np.linalg.norm(got - ref) / np.linalg.norm(ref) < TOL, (kernel, M, N, K)
