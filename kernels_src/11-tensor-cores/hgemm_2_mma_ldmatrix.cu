@@ -27,18 +27,12 @@
 #endif
 
 // Offsets (in halves) of element (r, k) of the A tile and (k, n) of the B tile.
-// -DHGEMM_NO_SWIZZLE stores plain row-major tiles instead (right, with bank conflicts).
-#ifndef HGEMM_NO_SWIZZLE
 __device__ __forceinline__ int a_off(int r, int k) {
     return r * BK + ((((k >> 3) ^ (r >> 1)) & 3) << 3) + (k & 7);
 }
 __device__ __forceinline__ int b_off(int k, int n) {
     return k * BN + ((((n >> 3) ^ k) & 7) | ((n >> 3) & ~7)) * 8 + (n & 7);
 }
-#else
-__device__ __forceinline__ int a_off(int r, int k) { return r * BK + k; }
-__device__ __forceinline__ int b_off(int k, int n) { return k * BN + n; }
-#endif
 __device__ __forceinline__ unsigned smem_addr(const void* p) {
     return static_cast<unsigned>(__cvta_generic_to_shared(p));
 }

@@ -165,17 +165,6 @@ def test_ldmatrix_bank_conflicts(name, swizzled):
     assert (ways == 1.0) if swizzled else (ways >= 2.0), f"{name} swizzled={swizzled}: {ways}-way loads"
 
 
-def test_no_swizzle_option_counts_conflicts():
-    """-DHGEMM_NO_SWIZZLE (what the chapter counts) gives plain tiles: right, with conflicted ldmatrix; the
-    counters compile the kernel with its -D options (on a GPU backend they recompile it for the emulator)."""
-    opts = ("-DHGEMM_NO_SWIZZLE",)
-    run_and_check("hgemm_2_mma_ldmatrix", 128, 128, 64, options=opts)
-    k = cudl.load("11-tensor-cores/hgemm_2_mma_ldmatrix.cu", "hgemm_2_mma_ldmatrix", options=opts)
-    a, b = np.ones((128, 32), np.float16), np.ones((32, 128), np.float16)
-    c = cudl.counters(k, (1, 1), 256, (128, 128, 32, a, b, cudl.poisoned(128 * 128)))
-    assert c.shared_ways("load") >= 2.0
-
-
 @pytest.mark.parametrize("kernel,threads", [("hgemm_4_wgmma", 256), ("hgemm_5_wgmma_tma", 384)])
 def test_wgmma_kernels_on_hopper(kernel, threads):
     """Kernels 4 and 5 (wgmma, TMA: sm_90a only) against float64, on an sm_90 GPU under `make gpu-test`."""
