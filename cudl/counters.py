@@ -156,12 +156,15 @@ def counters(kernel: Kernel, grid: int | Sequence[int], block: int | Sequence[in
         mod = kernel._impl
     else:
         path = ROOT / kernel.shown
-        if not path.is_file():
-            raise ValueError(f"cudl.counters needs the kernel's source file; {kernel.shown} is not one: "
-                             "load it from kernels_src/")
-        source, shown = resolve(str(path))
+        if path.is_file():
+            source, shown = resolve(str(path))
+        elif kernel._source:  # loaded from source text: count that text
+            source, shown = kernel._source, kernel.shown
+        else:
+            raise ValueError(f"cudl.counters needs the kernel's source; {kernel.shown} is not a file: "
+                             "load it from kernels_src/ or from source text")
         names = (kernel.name,) if "<" in kernel.name else ()
-        mod = emulator.compile_module(source, shown, (), names)
+        mod = emulator.compile_module(source, shown, kernel._options, names)  # its -D options too
         note = " (the backend is a GPU; these counts come from the emulator and need no GPU)"
     host = [_host(a) for a in args]
     conv = []

@@ -97,7 +97,12 @@ def test_compiles_with_nvrtc12_for_t4(path):
 @needs_nvrtc12
 @pytest.mark.parametrize("name,source", SOLUTIONS, ids=[n for n, _ in SOLUTIONS])
 def test_solution_compiles_with_nvrtc12_for_t4(name, source):
-    nvrtc12.compile_cubin(source, name, "sm_75")
+    try:
+        nvrtc12.compile_cubin(source, name, "sm_75")
+    except CompileError as exc:  # WMMA solutions include mma.h: the same missing crt/ headers as above
+        if 'cannot open source file "crt/' in str(exc):
+            pytest.skip("nvidia-cuda-runtime-cu12 lacks crt/ headers (Colab's CUDA toolkit has them)")
+        raise
 
 
 @needs_nvrtc12

@@ -1,6 +1,6 @@
 // hgemm_3_cp_async: hgemm_2_mma_ldmatrix (mma.sync + ldmatrix from XOR-swizzled shared
-// memory, 128 x 128 tile per block of 8 warps, each warp 64 x 32; __half in, float out,
-// fp32 accumulate, row-major A M x K, B K x N, C M x N) with a STAGES-deep pipeline of
+// memory, a 128 x BN tile per block of 8 warps, each warp 64 x BN / 4; __half in, float
+// out, fp32 accumulate, row-major A M x K, B K x N, C M x N) with a STAGES-deep pipeline of
 // asynchronous copies. cp.async (sm_80+) moves 16 bytes from global to shared memory
 // without passing through registers; the copies of one K step form a commit_group. While
 // the warps multiply the tiles of step k, the copies of steps k + 1 ... k + STAGES - 1
@@ -8,18 +8,24 @@
 // makes its tile visible to the block and frees the slot read in the previous step.
 // sm_75 (T4): m16n8k8 and plain 16-byte copies in the same slot order (the pipeline then
 // hides nothing; define HGEMM_SM75 to force that path on any GPU, e.g. in a test).
-// Limit: one barrier per K step, a plain epilogue, and 3 stages x 16 KiB = 48 KiB of
-// static shared memory cap the tile and the depth: the chapter's target is 60% of cuBLAS
-// at 4096^3 on the H100 (cuBLAS adds larger tiles, deeper pipelines, wgmma and TMA).
-// Launch: block 256, grid (N / 128, M / 128). Requires M, N multiples of 128 and K a
-// multiple of 32 (no bounds checks); A, B, C 16-byte aligned.
+// The ring lives in dynamic shared memory (STAGES x (128 + BN) x 32 halves), so -DBN=256
+// (warp tile 64 x 64: twice the reuse of each A fragment) and -DSTAGES=4 fit too.
+// Limit: one barrier per K step, a plain epilogue and mma.sync's register-fed operands:
+// the chapter's target is 60% of cuBLAS at 4096^3 on the H100 (cuBLAS adds wgmma and TMA).
+// Launch: block 256, grid (N / BN, M / 128), shared_mem = STAGES * (128 + BN) * 32 * 2.
+// Requires M a multiple of 128, N of BN, K of 32 (no bounds checks); 16-byte alignment.
 
 #include <cuda_fp16.h>
 
 #define BM 128
-#define BN 128
+#ifndef BN
+#define BN 128  // 128 or 256
+#endif
 #define BK 32
+#ifndef STAGES
 #define STAGES 3
+#endif
+#define WN (BN / 4)  // the warp tile is 64 x WN: WN / 8 mma tiles across
 
 #if __CUDA_ARCH__ >= 800 && !defined(HGEMM_SM75)
 #define HGEMM_SM80 1
@@ -81,22 +87,25 @@ __device__ __forceinline__ void mma_16x8x16(float* d, const unsigned* a,
 extern "C" __global__ void __launch_bounds__(256)
 hgemm_3_cp_async(int M, int N, int K, const __half* __restrict__ A,
                  const __half* __restrict__ B, float* __restrict__ C) {
-    __shared__ __align__(128) __half As[STAGES][BM * BK];
-    __shared__ __align__(128) __half Bs[STAGES][BK * BN];
+    extern __shared__ __align__(128) __half smem[];
+    __half* As = smem;                     // STAGES tiles of BM x BK
+    __half* Bs = smem + STAGES * BM * BK;  // STAGES tiles of BK x BN
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
-    const int wm = (warp / 4) * 64, wn = (warp % 4) * 32;  // the warp's 64 x 32 tile
+    const int wm = (warp / 4) * 64, wn = (warp % 4) * WN;  // the warp's 64 x WN tile
     const int row0 = blockIdx.y * BM, col0 = blockIdx.x * BN;
     const int steps = K / BK;
-    float acc[4][4][4] = {};
+    float acc[4][WN / 8][4] = {};
 
-    // issue the copies of K step `step` into slot step % STAGES (2 + 2 chunks per thread)
+    // issue the copies of K step `step` into slot step % STAGES (16-byte chunks)
     auto load = [&](int step) {
         const int s = step % STAGES, k0 = step * BK;
-        for (int c = tid; c < 512; c += 256) {
+        for (int c = tid; c < BM * BK / 8; c += 256) {
             int r = c / 4, k = (c % 4) * 8;
-            copy16(&As[s][a_off(r, k)], &A[(size_t)(row0 + r) * K + k0 + k]);
-            int kb = c / 16, n = (c % 16) * 8;
-            copy16(&Bs[s][b_off(kb, n)], &B[(size_t)(k0 + kb) * N + col0 + n]);
+            copy16(&As[s * BM * BK + a_off(r, k)], &A[(size_t)(row0 + r) * K + k0 + k]);
+        }
+        for (int c = tid; c < BK * BN / 8; c += 256) {
+            int kb = c / (BN / 8), n = (c % (BN / 8)) * 8;
+            copy16(&Bs[s * BK * BN + b_off(kb, n)], &B[(size_t)(k0 + kb) * N + col0 + n]);
         }
     };
     for (int step = 0; step < STAGES - 1; step++) {  // prologue: STAGES - 1 groups
@@ -108,10 +117,10 @@ hgemm_3_cp_async(int M, int N, int K, const __half* __restrict__ A,
         __syncthreads();  // everyone's have; and slot (step - 1) % STAGES is free again
         if (step + STAGES - 1 < steps) load(step + STAGES - 1);
         commit();
-        const __half* as = As[step % STAGES];
-        const __half* bs = Bs[step % STAGES];
+        const __half* as = As + (step % STAGES) * BM * BK;
+        const __half* bs = Bs + (step % STAGES) * BK * BN;
         for (int kk = 0; kk < BK; kk += 16) {
-            unsigned a[4][4], b[4][2];
+            unsigned a[4][4], b[WN / 8][2];
             for (int i = 0; i < 4; i++) {  // lanes 0-15: rows at k, lanes 16-31: at k + 8
                 int r = wm + 16 * i + lane % 16, k = kk + (lane / 16) * 8;
                 asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 "
@@ -119,7 +128,7 @@ hgemm_3_cp_async(int M, int N, int K, const __half* __restrict__ A,
                              : "=r"(a[i][0]), "=r"(a[i][1]), "=r"(a[i][2]), "=r"(a[i][3])
                              : "r"(smem_addr(&as[a_off(r, k)])));
             }
-            for (int j = 0; j < 4; j += 2) {  // two 8-wide column tiles per ldmatrix.x4
+            for (int j = 0; j < WN / 8; j += 2) {  // two 8-wide column tiles per ldmatrix.x4
                 int k = kk + lane % 16, n = wn + 8 * j + (lane / 16) * 8;
                 asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 "
                              "{%0,%1,%2,%3}, [%4];\n"
@@ -128,7 +137,7 @@ hgemm_3_cp_async(int M, int N, int K, const __half* __restrict__ A,
                              : "r"(smem_addr(&bs[b_off(k, n)])));
             }
             for (int i = 0; i < 4; i++)
-                for (int j = 0; j < 4; j++) mma_16x8x16(acc[i][j], a[i], b[j]);
+                for (int j = 0; j < WN / 8; j++) mma_16x8x16(acc[i][j], a[i], b[j]);
         }
     }
 #ifdef HGEMM_SM80
@@ -137,7 +146,7 @@ hgemm_3_cp_async(int M, int N, int K, const __half* __restrict__ A,
     // accumulator layout: rows g and g + 8, columns 2t and 2t + 1 of each 16 x 8 tile
     const int g = lane / 4, t = lane % 4;
     for (int i = 0; i < 4; i++)
-        for (int j = 0; j < 4; j++) {
+        for (int j = 0; j < WN / 8; j++) {
             size_t r = row0 + wm + 16 * i + g, n = col0 + wn + 8 * j + 2 * t;
             *reinterpret_cast<float2*>(&C[r * N + n]) =
                 make_float2(acc[i][j][0], acc[i][j][1]);

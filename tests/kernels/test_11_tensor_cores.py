@@ -31,18 +31,28 @@ SHAPES = {  # (M, N, K): one block, and several blocks in both directions with s
 CASES = [(k, s) for k, shapes in SHAPES.items() for s in shapes]
 
 
+def shared_bytes(name: str, options=()) -> int:
+    """Dynamic shared memory of a launch: kernel 3 keeps its ring of STAGES x (128 + BN) x 32 halves there."""
+    if name != "hgemm_3_cp_async":
+        return 0
+    d = dict(o[2:].split("=") for o in options if o.startswith("-D") and "=" in o)
+    return int(d.get("STAGES", 3)) * (128 + int(d.get("BN", 128))) * 32 * 2
+
+
 def relative_error(name: str, M: int, N: int, K: int, options=(), k_arg: int | None = None,
-                   source: str | None = None) -> float:
+                   source: str | None = None, bn: int | None = None, launch=None) -> float:
     """Launch `name` (from its file, or `source`) on fresh M x K and K x N inputs (passing `k_arg` as K if
     given); the relative error of C by norm (NaN if C holds NaN)."""
-    threads, (bm, bn), bk = LAUNCH[name]
+    threads, (bm, bn0), bk = launch or LAUNCH[name]
+    bn = bn or bn0
     assert M % bm == 0 and N % bn == 0 and K % bk == 0
     kernel = cudl.load(source or f"11-tensor-cores/{name}.cu", name, options=options)
     rng = np.random.default_rng()
     a = rng.standard_normal((M, K)).astype(np.float16)
     b = rng.standard_normal((K, N)).astype(np.float16)
     c_buf = cudl.poisoned(M * N + GUARD)
-    kernel((N // bn, M // bm), threads, (M, N, k_arg or K, cudl.xp.asarray(a), cudl.xp.asarray(b), c_buf))
+    kernel((N // bn, M // bm), threads, (M, N, k_arg or K, cudl.xp.asarray(a), cudl.xp.asarray(b), c_buf),
+           shared_mem=shared_bytes(name, options))
     cudl.sync()
     out = cudl.to_numpy(c_buf)
     got = out[: M * N].reshape(M, N).astype(np.float64)
@@ -62,6 +72,22 @@ def test_hgemm(name, shape):
     run_and_check(name, *shape)
 
 
+def test_hgemm_1_wmma_128_tile():
+    """The WMMA kernel with a 128 x 128 tile of 8 warps (64 x 32 each)."""
+    opts = ("-DBM=128", "-DBN=128", "-DWARPS_N=4")
+    err = relative_error("hgemm_1_wmma", 128, 256, 64, opts, launch=(256, (128, 128), 32))
+    assert err < TOL, f"relative error {err:.2e}"
+
+
+@pytest.mark.parametrize("bn,stages", [(256, 2), (128, 4)])
+def test_hgemm_3_wide_tile_deeper_ring(bn, stages):
+    """Kernel 3 as tuned on a GPU: a 128 x 256 tile (warp tile 64 x 64) or a deeper ring (the emulator
+    mimics a T4's 64 KiB of shared memory per block, so not both at once here)."""
+    opts = (f"-DBN={bn}", f"-DSTAGES={stages}")
+    err = relative_error("hgemm_3_cp_async", 128, 512, 224, opts, bn=bn)
+    assert err < TOL, f"BN={bn} STAGES={stages}: relative error {err:.2e}"
+
+
 @pytest.mark.parametrize("name", ["hgemm_2_mma_ldmatrix", "hgemm_3_cp_async"])
 def test_hgemm_sm75_path(name):
     run_and_check(name, *SHAPES[name][1], options=("-DHGEMM_SM75",))
@@ -75,7 +101,7 @@ def test_wrong_result_is_caught():
 
 # Plausible mistakes, made by editing one line of a kernel file: the check must reject each.
 MUTANTS = {
-    "wmma-b-col-major": ("hgemm_1_wmma", "__half, wmma::row_major> b[2]", "__half, wmma::col_major> b[2]"),
+    "wmma-b-col-major": ("hgemm_1_wmma", "__half, wmma::row_major> b[FN]", "__half, wmma::col_major> b[FN]"),
     "a-fragment-halves-swapped": ("hgemm_2_mma_ldmatrix", "k = kk + (lane / 16) * 8;",
                                   "k = kk + (1 - lane / 16) * 8;"),
     "b-registers-swapped": ("hgemm_2_mma_ldmatrix", ': "=r"(b[j][0]), "=r"(b[j][1]), "=r"(b[j + 1][0]),',
@@ -134,6 +160,28 @@ def test_ldmatrix_bank_conflicts(name, swizzled):
     a = np.ones((128, 32), np.float16)
     b = np.ones((32, 128), np.float16)
     c = cudl.counters(cudl.load(src, name), (1, 1), LAUNCH[name][0],
-                      (128, 128, 32, a, b, cudl.poisoned(128 * 128)))
+                      (128, 128, 32, a, b, cudl.poisoned(128 * 128)), shared_mem=shared_bytes(name))
     ways = c.shared_ways("load")
     assert (ways == 1.0) if swizzled else (ways >= 2.0), f"{name} swizzled={swizzled}: {ways}-way loads"
+
+
+@pytest.mark.parametrize("kernel,threads", [("hgemm_4_wgmma", 256), ("hgemm_5_wgmma_tma", 384)])
+def test_wgmma_kernels_on_hopper(kernel, threads):
+    """Kernels 4 and 5 (wgmma, TMA: sm_90a only) against float64, on an sm_90 GPU under `make gpu-test`."""
+    if not cudl.on_gpu() or cudl.device_info()["cc"] != "9.0":
+        pytest.skip("wgmma and TMA run on sm_90 GPUs only (not on the emulator)")
+    from cudl.tma import tensor_map_2d
+
+    k = cudl.load("11-tensor-cores/hgemm_4_wgmma.cu", kernel, options=["-arch=sm_90a"])
+    smem = 4 * (128 * 64 + 64 * 256) * 2 + 1024 + 16 * 4
+    for M, N, K in ((128, 256, 64), (384, 768, 4096)):
+        rng = np.random.default_rng()
+        a = rng.standard_normal((M, K)).astype(np.float16)
+        b = rng.standard_normal((K, N)).astype(np.float16)
+        A, B, C = cudl.xp.asarray(a), cudl.xp.asarray(b), cudl.poisoned((M, N))
+        args = (M, N, K, tensor_map_2d(A, (128, 64)), tensor_map_2d(B, (64, 64)), C) \
+            if kernel == "hgemm_5_wgmma_tma" else (M, N, K, A, B, C)
+        k((N // 256, M // 128), threads, args, shared_mem=smem)
+        ref = a.astype(np.float64) @ b.astype(np.float64)
+        got = cudl.to_numpy(C).astype(np.float64)
+        assert np.linalg.norm(got - ref) / np.linalg.norm(ref) < TOL, (kernel, M, N, K)
