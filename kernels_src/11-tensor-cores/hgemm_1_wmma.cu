@@ -1,11 +1,11 @@
 // hgemm_1_wmma: C = A B with fp16 inputs and fp32 accumulation on Tensor Cores through
 // the WMMA API (nvcuda::wmma, sm_70+). A is M x K, B is K x N, C is M x N, all
 // row-major; A and B are __half, C is float. A block of WARPS_M x WARPS_N warps computes
-// a BM x BN tile of C (default 64 x 64 with 2 x 2 warps: each warp owns a 32 x 32 quarter,
-// 2 x 2 accumulator fragments of 16 x 16; -DBM=128 -DBN=128 -DWARPS_N=4 gives 8 warps of
-// 64 x 32). Per step the block stages a BM x 32 tile of A and a 32 x BN tile of B in
-// shared memory (rows padded by 8 halves against bank conflicts; 16-byte vector copies),
-// then each warp issues FM x FN x 2 mma_sync calls of 16 x 16 x 16.
+// a BM x BN tile of C (default 64 x 64 with 2 x 2 warps: each warp owns a 32 x 32
+// quarter, 2 x 2 accumulator fragments of 16 x 16; -DBM=128 -DBN=128 -DWARPS_N=4 gives 8
+// warps of 64 x 32). Per step the block stages a BM x 32 tile of A and a 32 x BN tile of
+// B in shared memory (rows padded by 8 halves against bank conflicts; 16-byte vector
+// copies), then each warp issues FM x FN x 2 mma_sync calls of 16 x 16 x 16.
 // Limit: loads and math alternate (one stage, two barriers per step), the copies pass
 // through registers, and a 64 x 64 tile reuses each loaded element only 64 times: the
 // chapter's target is 40% of cuBLAS at 4096^3, far from the Tensor Core peak.

@@ -1,7 +1,7 @@
 // hgemm_3_cp_async: hgemm_2_mma_ldmatrix (mma.sync + ldmatrix from XOR-swizzled shared
 // memory, a 128 x BN tile per block of 8 warps, each warp 64 x BN / 4; __half in, float
-// out, fp32 accumulate, row-major A M x K, B K x N, C M x N) with a STAGES-deep pipeline of
-// asynchronous copies. cp.async (sm_80+) moves 16 bytes from global to shared memory
+// out, fp32 accumulate, row-major A M x K, B K x N, C M x N) with a STAGES-deep pipeline
+// of asynchronous copies. cp.async (sm_80+) moves 16 bytes from global to shared memory
 // without passing through registers; the copies of one K step form a commit_group. While
 // the warps multiply the tiles of step k, the copies of steps k + 1 ... k + STAGES - 1
 // are in flight; wait_group STAGES - 2 retires the oldest group only, then one barrier
@@ -11,7 +11,8 @@
 // The ring lives in dynamic shared memory (STAGES x (128 + BN) x 32 halves), so -DBN=256
 // (warp tile 64 x 64: twice the reuse of each A fragment) and -DSTAGES=4 fit too.
 // Limit: one barrier per K step, a plain epilogue and mma.sync's register-fed operands:
-// the chapter's target is 60% of cuBLAS at 4096^3 on the H100 (cuBLAS adds wgmma and TMA).
+// the chapter's target is 60% of cuBLAS at 4096^3 on the H100 (cuBLAS adds wgmma and
+// TMA).
 // Launch: block 256, grid (N / BN, M / 128), shared_mem = STAGES * (128 + BN) * 32 * 2.
 // Requires M a multiple of 128, N of BN, K of 32 (no bounds checks); 16-byte alignment.
 
@@ -128,7 +129,8 @@ hgemm_3_cp_async(int M, int N, int K, const __half* __restrict__ A,
                              : "=r"(a[i][0]), "=r"(a[i][1]), "=r"(a[i][2]), "=r"(a[i][3])
                              : "r"(smem_addr(&as[a_off(r, k)])));
             }
-            for (int j = 0; j < WN / 8; j += 2) {  // two 8-wide column tiles per ldmatrix.x4
+            // two 8-wide column tiles per ldmatrix.x4
+            for (int j = 0; j < WN / 8; j += 2) {
                 int k = kk + lane % 16, n = wn + 8 * j + (lane / 16) * 8;
                 asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 "
                              "{%0,%1,%2,%3}, [%4];\n"

@@ -1,12 +1,12 @@
 // hgemm_4_wgmma: C = A B on Hopper's warpgroup Tensor Core instruction wgmma.mma_async
-// (sm_90a only). A is M x K, B is K x N, C is M x N, row-major; __half in, float out, fp32
-// accumulate. One wgmma is issued by a warpgroup (4 warps, 128 threads) and multiplies a
-// 64 x 256 x 16 product straight from shared memory: the operands are never loaded into
-// registers, only the fp32 accumulators live there (128 per thread). Shared tiles use the
-// 128-byte swizzle the hardware reads: 16-byte chunk c of each 128-byte row r sits at
-// c ^ (r % 8), in 1024-byte atoms of 8 rows; a 64-bit descriptor tells wgmma where a tile
-// starts, the stride between atoms (SBO) and between 64-wide column blocks (LBO).
-// Two kernels share the helpers:
+// (sm_90a only). A is M x K, B is K x N, C is M x N, row-major; __half in, float out,
+// fp32 accumulate. One wgmma is issued by a warpgroup (4 warps, 128 threads) and
+// multiplies a 64 x 256 x 16 product straight from shared memory: the operands are never
+// loaded into registers, only the fp32 accumulators live there (128 per thread). Shared
+// tiles use the 128-byte swizzle the hardware reads: 16-byte chunk c of each 128-byte row
+// r sits at c ^ (r % 8), in 1024-byte atoms of 8 rows; a 64-bit descriptor tells wgmma
+// where a tile starts, the stride between atoms (SBO) and between 64-wide column blocks
+// (LBO). Two kernels share the helpers:
 //  hgemm_4_wgmma      all 256 threads (2 warpgroups, each 64 x 256 of a 128 x 256 tile)
 //                     copy tiles with cp.async into a STAGES-deep ring, as in hgemm_3.
 //  hgemm_5_wgmma_tma  warp specialisation: warpgroup 0 is a producer whose one thread
@@ -78,27 +78,32 @@ __device__ __forceinline__ void wgmma_64x256x16(float* d, unsigned long long da,
         "%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,"
         "%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95,"
         "%96,%97,%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,%110,%111,"
-        "%112,%113,%114,%115,%116,%117,%118,%119,%120,%121,%122,%123,%124,%125,%126,%127}, "
+        "%112,%113,%114,%115,%116,%117,%118,%119,"
+        "%120,%121,%122,%123,%124,%125,%126,%127}, "
         "%128, %129, 1, 1, 1, 0, 1;\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-          "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
-          "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
-          "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
-          "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]),
-          "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
-          "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
-          "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]),
-          "+f"(d[63]), "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]),
-          "+f"(d[70]), "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]),
-          "+f"(d[77]), "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]),
-          "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]),
-          "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]),
-          "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]),
-          "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
-          "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]),
-          "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]),
-          "+f"(d[126]), "+f"(d[127])
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+          "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+          "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
+          "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
+          "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
+          "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
+          "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]),
+          "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]),
+          "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]),
+          "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]),
+          "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]),
+          "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]),
+          "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+          "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]),
+          "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]),
+          "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+          "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]),
+          "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]),
+          "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]),
+          "+f"(d[127])
         : "l"(da), "l"(db));
 }
 __device__ __forceinline__ void wgmma_fence() {
@@ -121,9 +126,9 @@ __device__ __forceinline__ void mma_step(float* d, unsigned a, unsigned b, int w
 }
 #endif
 
-// Accumulator layout (per warpgroup, like 32 mma.sync tiles of 16 x 8 side by side): warp w
-// of the warpgroup owns rows 16 w ... 16 w + 15; lane (g = lane / 4, t = lane % 4) holds
-// d[4 j + 0, 1] at row g, columns 8 j + 2 t, + 1 and d[4 j + 2, 3] at row g + 8.
+// Accumulator layout (per warpgroup, like 32 mma.sync tiles of 16 x 8 side by side): warp
+// w of the warpgroup owns rows 16 w ... 16 w + 15; lane (g = lane / 4, t = lane % 4)
+// holds d[4 j + 0, 1] at row g, columns 8 j + 2 t, + 1 and d[4 j + 2, 3] at row g + 8.
 __device__ __forceinline__ void store_tile(float* C, int N, size_t row, int col,
                                            const float* d) {
     for (int j = 0; j < BN / 8; j++) {
@@ -240,7 +245,8 @@ hgemm_5_wgmma_tma(int M, int N, int K, const unsigned long long* __restrict__ ma
                 mbar_expect(bar, STAGE_BYTES);
                 tma_load(a, map_a, step * BK, row0, bar);
                 for (int j = 0; j < BN / 64; j++)
-                    tma_load(a + A_BYTES + j * 8192, map_b, col0 + 64 * j, step * BK, bar);
+                    tma_load(a + A_BYTES + j * 8192, map_b, col0 + 64 * j, step * BK,
+                             bar);
             }
         return;
     }

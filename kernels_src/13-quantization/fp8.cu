@@ -22,7 +22,8 @@ __device__ __forceinline__ void quantize_pairs(int n, float inv_scale,
 
 template <__nv_fp8_interpretation_t FMT>
 __device__ __forceinline__ void dequantize_pairs(
-    int n, float scale, const __nv_fp8x2_storage_t* __restrict__ q, float* __restrict__ x) {
+    int n, float scale, const __nv_fp8x2_storage_t* __restrict__ q,
+    float* __restrict__ x) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (2 * i >= n) return;
     float2 f = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(q[i], FMT)));

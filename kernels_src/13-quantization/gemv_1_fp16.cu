@@ -35,18 +35,19 @@ __device__ __forceinline__ float dot8(uint4 w, const float* xf, float acc) {
     return acc;
 }
 
-// U chunks (16 bytes each) of each of the warp's rows from chunk c on, every lane at stride
-// 32 chunks: all U x ROWS loads are issued before the first product, so a warp waits for
-// memory once per U chunks instead of once per chunk.
+// U chunks (16 bytes each) of each of the warp's rows from chunk c on, every lane at
+// stride 32 chunks: all U x ROWS loads are issued before the first product, so a warp
+// waits for memory once per U chunks instead of once per chunk.
 template <int U>
 __device__ __forceinline__ void steps(const __half* __restrict__ W,
-                                      const __half* __restrict__ x, int N, int K, int row0,
-                                      int c, float* acc) {
+                                      const __half* __restrict__ x, int N, int K,
+                                      int row0, int c, float* acc) {
     uint4 wv[U][ROWS];
     for (int u = 0; u < U; u++)
         for (int r = 0; r < ROWS; r++)  // rows past N read row 0 and are never stored
             wv[u][r] = __ldg(reinterpret_cast<const uint4*>(
-                               W + (size_t)(row0 + r < N ? row0 + r : 0) * K) + c + 32 * u);
+                               W + (size_t)(row0 + r < N ? row0 + r : 0) * K)
+                             + c + 32 * u);
     for (int u = 0; u < U; u++) {
         uint4 xv = __ldg(reinterpret_cast<const uint4*>(x) + c + 32 * u);
         float xf[8];
@@ -78,7 +79,8 @@ extern "C" __global__ void gemv_1_fp16(int N, int K, const __half* __restrict__ 
             float xk = __half2float(x[k]);
             for (int r = 0; r < ROWS; r++)
                 if (row0 + r < N)
-                    acc[r] = fmaf(__half2float(W[(size_t)(row0 + r) * K + k]), xk, acc[r]);
+                    acc[r] = fmaf(__half2float(W[(size_t)(row0 + r) * K + k]), xk,
+                                  acc[r]);
         }
     }
     for (int r = 0; r < ROWS; r++) {

@@ -60,8 +60,8 @@ __device__ __forceinline__ float dot16_s8(uint4 w, const float* xf) {
 template <int U>
 __device__ __forceinline__ void steps(const signed char* __restrict__ Q,
                                       const float* __restrict__ scale,
-                                      const __half* __restrict__ x, int N, int K, int group,
-                                      int row0, int c, float* acc) {
+                                      const __half* __restrict__ x, int N, int K,
+                                      int group, int row0, int c, float* acc) {
     const int groups = (K + group - 1) / group;
     uint4 wv[U][ROWS];
     float s[U][ROWS];

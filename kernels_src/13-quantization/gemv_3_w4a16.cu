@@ -39,7 +39,8 @@ __device__ __forceinline__ void load_x32(const __half* __restrict__ x, int c, fl
         for (int i = 0; i < 4; i++) {
             float2 f = __half22float2(h[i]);
             // 2^(-4p) as a float: exponent 127 - 4p
-            xf[8 * j + 2 * i] = f.x * __uint_as_float((127u - 4 * nibble_pos(2 * i)) << 23);
+            xf[8 * j + 2 * i] =
+                f.x * __uint_as_float((127u - 4 * nibble_pos(2 * i)) << 23);
             xf[8 * j + 2 * i + 1] =
                 f.y * __uint_as_float((127u - 4 * nibble_pos(2 * i + 1)) << 23);
         }
@@ -68,15 +69,16 @@ __device__ __forceinline__ float dot32_s4(uint4 w, const float* xf) {
 template <int U>
 __device__ __forceinline__ void steps(const unsigned char* __restrict__ P,
                                       const float* __restrict__ scale,
-                                      const __half* __restrict__ x, int N, int K, int group,
-                                      int row0, int c, float* acc) {
+                                      const __half* __restrict__ x, int N, int K,
+                                      int group, int row0, int c, float* acc) {
     const int groups = (K + group - 1) / group;
     uint4 wv[U][ROWS];
     float s[U][ROWS];
     for (int u = 0; u < U; u++)
         for (int r = 0; r < ROWS; r++) {  // rows past N read row 0 and are never stored
             const size_t n = row0 + r < N ? row0 + r : 0;
-            wv[u][r] = __ldg(reinterpret_cast<const uint4*>(P + n * (K / 2)) + c + 32 * u);
+            wv[u][r] =
+                __ldg(reinterpret_cast<const uint4*>(P + n * (K / 2)) + c + 32 * u);
             s[u][r] = __ldg(scale + n * groups + 32 * (c + 32 * u) / group);
         }
     for (int u = 0; u < U; u++) {

@@ -58,7 +58,8 @@ __device__ __forceinline__ void steps(const unsigned char* __restrict__ P,
     for (int u = 0; u < U; u++)
         for (int r = 0; r < ROWS; r++) {  // rows past N read row 0 and are never stored
             const size_t n = row0 + r < N ? row0 + r : 0;
-            wv[u][r] = __ldg(reinterpret_cast<const uint4*>(P + n * (K / 2)) + c + 32 * u);
+            wv[u][r] =
+                __ldg(reinterpret_cast<const uint4*>(P + n * (K / 2)) + c + 32 * u);
             s[u][r] = __ldg(scale + n * groups + 32 * (c + 32 * u) / group);
         }
     for (int u = 0; u < U; u++)
@@ -74,7 +75,8 @@ extern "C" __global__ void gemv_4_w4a16_smem(int N, int K, int group,
     extern __shared__ float4 xs[];  // K / 4 float4: [8][K / 32]
     const int chunks = K / 32;
     for (int e = threadIdx.x; e < K / 4; e += blockDim.x) {  // 4 values of x per thread
-        // float4 i of chunk c: word i / 2 of the chunk, nibbles 4 (i % 2) .. 4 (i % 2) + 3
+        // float4 i of chunk c: word i / 2 of the chunk,
+        // nibbles 4 (i % 2) .. 4 (i % 2) + 3
         const int c = e / 8, i = e % 8;
         const __half2* h = reinterpret_cast<const __half2*>(x) + 2 * e;
         const float2 a = __half22float2(h[0]), b = __half22float2(h[1]);

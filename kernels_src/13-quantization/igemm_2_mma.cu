@@ -54,7 +54,8 @@ __device__ __forceinline__ void wait_oldest() {
 }
 
 // d += a b for one 16 x 8 tile, k = 32: a is 4 registers (4 int8 each), b is 2
-__device__ __forceinline__ void mma_16x8x32(int* d, const unsigned* a, const unsigned* b) {
+__device__ __forceinline__ void mma_16x8x32(int* d, const unsigned* a,
+                                            const unsigned* b) {
 #ifdef IGEMM_SM80
     asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 "
                  "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
@@ -137,7 +138,8 @@ igemm_2_mma(int M, int N, int K, const signed char* __restrict__ A,
     for (int i = 0; i < 4; i++)
         for (int j = 0; j < 4; j++) {
             size_t r = row0 + wm + 16 * i + g, n = col0 + wn + 8 * j + 2 * t;
-            *reinterpret_cast<int2*>(&C[r * N + n]) = make_int2(acc[i][j][0], acc[i][j][1]);
+            *reinterpret_cast<int2*>(&C[r * N + n]) =
+                make_int2(acc[i][j][0], acc[i][j][1]);
             *reinterpret_cast<int2*>(&C[(r + 8) * N + n]) =
                 make_int2(acc[i][j][2], acc[i][j][3]);
         }

@@ -4,8 +4,9 @@
 //   absmax (symmetric) int8:  s = max|w| / 127, q = rint(w / s) in [-127, 127]
 //   zero-point (asymmetric) uint8: lo = min(min w, 0), hi = max(max w, 0),
 //       s = (hi - lo) / 255, z = rint(-lo / s), q = clamp(rint(w / s) + z, 0, 255)
-//   absmax int4, packed two per byte: s = max|w| / 7, q = clamp(rint(w / s), -8, 7), stored
-//       as the nibble q + 8; byte j of a row holds column 2j (low nibble) and 2j + 1 (high)
+//   absmax int4, packed two per byte: s = max|w| / 7, q = clamp(rint(w / s), -8, 7),
+//       stored as the nibble q + 8; byte j of a row holds column 2j (low nibble)
+//       and 2j + 1 (high)
 // One warp per (row, group): a strided pass finds the group's range (shuffle reduction),
 // a second pass writes the integers; lane 0 writes the scale. Scales are float32.
 // Limit: memory-bound, 4 B read + 1 B (or 0.5 B) written per weight, read twice (the
@@ -77,7 +78,8 @@ extern "C" __global__ void quantize_uint8_zero_point(int rows, int cols, int gro
     if (!my_group(rows, cols, group, row, c0, len, gid)) return;
     const int lane = threadIdx.x % 32;
     const float* src = w + (size_t)row * cols + c0;
-    float lo = 0.0f, hi = 0.0f;  // the range always holds 0, so 0 is exactly representable
+    // the range always holds 0, so 0 is exactly representable
+    float lo = 0.0f, hi = 0.0f;
     for (int i = lane; i < len; i += 32) {
         lo = fminf(lo, src[i]);
         hi = fmaxf(hi, src[i]);
@@ -107,7 +109,8 @@ extern "C" __global__ void dequantize_uint8_zero_point(
     w[i] = ((float)q[i] - (float)zero[g]) * scale[g];
 }
 
-// int4: lane i handles the column pairs (2i, 2i + 1), (2i + 64, 2i + 65), ... of its group
+// int4: lane i handles the column pairs (2i, 2i + 1), (2i + 64, 2i + 65), ...
+// of its group
 extern "C" __global__ void quantize_int4(int rows, int cols, int group,
                                          const float* __restrict__ w,
                                          unsigned char* __restrict__ packed,

@@ -8,8 +8,8 @@
 // moves ~3 TB/s through HBM but at most 450 GB/s per direction over NVLink 4, so the
 // add of one slice costs well under a tenth of that slice's transfer.
 // Launch: any grid; ring_allreduce.py uses 4 blocks of 256 threads per SM.
-// The float4 path needs acc and recv 16-byte aligned (the ring's slices start at multiples
-// of 64 floats); otherwise the whole slice goes one float at a time.
+// The float4 path needs acc and recv 16-byte aligned (the ring's slices start at
+// multiples of 64 floats); otherwise the whole slice goes one float at a time.
 extern "C" __global__ void ring_reduce_add(float* __restrict__ acc,
                                            const float* __restrict__ recv,
                                            long long n) {
