@@ -193,7 +193,7 @@ if torch is not None:
             self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
             self.norm_f = nn.RMSNorm(cfg.d_model, eps=EPS)
             self.head = nn.Linear(cfg.d_model, cfg.vocab, bias=False)
-            for name, p in self.named_parameters():
+            for _name, p in self.named_parameters():
                 if p.dim() == 2:
                     nn.init.normal_(p, std=0.02)
 
@@ -211,9 +211,10 @@ if torch is not None:
             return [tuple(torch.zeros(batch, H, max_len, hd, device=p.device, dtype=dtype or p.dtype)
                           for _ in range(2)) for _ in range(self.cfg.n_layer)]
 
-        def weights(self) -> dict[str, np.ndarray]:
-            """The weights in `weight_shapes` naming, float32 NumPy."""
-            sd = {k: v.detach().float().cpu().numpy() for k, v in self.state_dict().items()}
+        def weights(self, xp: Any = np) -> dict[str, Any]:
+            """The weights in `weight_shapes` naming, float32, as NumPy arrays (or CuPy, through DLPack)."""
+            sd = {k: (v.detach().float().cpu().numpy() if xp is np else xp.from_dlpack(v.detach().float()))
+                  for k, v in self.state_dict().items()}
             w = {"embed": sd["embed.weight"], "norm_f": sd["norm_f.weight"], "head": sd["head.weight"]}
             for i in range(self.cfg.n_layer):
                 for part in ("norm1", "norm2", "qkv", "proj", "up", "down"):
@@ -330,8 +331,10 @@ class BookGPT:
         self.pos = xp.zeros(B, np.int32)
         self.step = xp.zeros(1, np.int32)
         self.u_now = z(B)
-        self.u_all = z(1, B)
-        self.history = xp.zeros((1, B), np.int32)
+        # flat [steps, batch] buffers for up to L steps, allocated once: a CUDA graph of decode_step
+        # holds their addresses
+        self.u_all = z((L + 1) * B)
+        self.history = xp.zeros(L * B, np.int32)
         self.batch = B
         self.top_k, self.temperature = 1, 0.0
         self.sms = 4
@@ -408,10 +411,11 @@ class BookGPT:
                        seed: int | None = None) -> None:
         """Uniform numbers for `steps` tokens, then pick the first token from the prefill's logits."""
         xp, B = self.xp, self.batch
+        assert steps <= self.L
         self.top_k, self.temperature = top_k, temperature
-        u = np.random.default_rng(seed).random((steps + 1, B)).astype(np.float32)
-        self.u_all, self.history = xp.asarray(u), xp.zeros((steps, B), np.int32)
-        self.u_now[:B] = self.u_all[0]
+        self.u_all[:] = xp.asarray(np.random.default_rng(seed).random(self.u_all.size).astype(np.float32))
+        self.history[:] = 0
+        self.u_now[:B] = self.u_all[:B]
         self.step[:] = 0
         self._sample_and_advance()
 
@@ -421,7 +425,7 @@ class BookGPT:
                                         self.top_k, self.temperature))
         self.k["advance"]((1,), (max(32, _cdiv(B, 32) * 32),),
                           (self.tokens, self.history, self.u_all, self.u_now, self.pos, self.step, B,
-                           self.history.shape[0]))
+                           self.L))
 
     def decode_step(self) -> None:
         """Tokens self.tokens at positions self.pos -> logits, next tokens, positions + 1. Device only."""
@@ -450,13 +454,18 @@ class BookGPT:
     def generate(self, prompt: Any, steps: int, top_k: int = 1, temperature: float = 0.0,
                  seed: int | None = None) -> np.ndarray:
         """Prefill, then steps - 1 decode steps: the `steps` new tokens [batch, steps] (host array)."""
-        import cudl
 
         self.prefill(prompt)
         self.start_sampling(steps, top_k, temperature, seed)
         for _ in range(steps - 1):
             self.decode_step()
-        return cudl.to_numpy(self.history).T.copy()
+        return self.generated(steps)
+
+    def generated(self, steps: int) -> np.ndarray:
+        """The first `steps` sampled tokens of each sequence [batch, steps] (host array)."""
+        import cudl
+
+        return cudl.to_numpy(self.history[:steps * self.batch]).reshape(steps, self.batch).T.copy()
 
     def weight_bytes(self) -> int:
         """Bytes of weights one decode step reads: fp16 linear layers, fp32 norms, B embedding rows."""
@@ -468,3 +477,65 @@ class BookGPT:
         """Bytes of the KV cache one decode step reads at `length` cached tokens."""
         cfg = self.cfg
         return 2 * cfg.n_layer * self.batch * length * cfg.d_model * self.cache_dtype.itemsize
+
+
+# ---------------------------------------------------------------- timing (GPU only)
+
+def capture_decode_graph(model: BookGPT) -> Any:
+    """A CUDA graph of one decode step (CuPy stream capture); `graph.launch()` replays it on the
+    current stream. The graph holds the batch size and the buffers' addresses of `model` as they are."""
+    import cupy
+
+    model.decode_step()  # loads every module first: nothing may load or allocate inside a capture
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        stream.begin_capture()
+        model.decode_step()
+        graph = stream.end_capture()
+    stream.synchronize()
+    return graph
+
+
+def time_book_decode(model: BookGPT, prompt: Any, steps: int, graph: Any = None, reps: int = 3) -> float:
+    """Milliseconds per decode step (all sequences of the batch), median over `reps` generations of
+    `steps` greedy tokens after the same prompt; through `graph` (from capture_decode_graph) if given."""
+    import statistics
+
+    import cupy
+
+    times = []
+    for _ in range(reps):
+        model.prefill(prompt)
+        model.start_sampling(steps + 1)
+        start, end = cupy.cuda.Event(), cupy.cuda.Event()
+        start.record()
+        for _ in range(steps):
+            if graph is not None:
+                graph.launch()
+            else:
+                model.decode_step()
+        end.record()
+        end.synchronize()
+        times.append(cupy.cuda.get_elapsed_time(start, end) / steps)
+    return statistics.median(times)
+
+
+def time_torch_decode(model: Any, prompt: Any, steps: int, reps: int = 3) -> float:
+    """The same for the PyTorch model in eager mode, with its KV cache (greedy)."""
+    import statistics
+
+    B, P = prompt.shape
+    caches = model.new_caches(B, P + steps + 1)
+    times = []
+    with torch.inference_mode():
+        for _ in range(reps):
+            tok = model(prompt, caches, 0)[:, -1].argmax(-1, keepdim=True)
+            torch.cuda.synchronize()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for s in range(steps):
+                tok = model(tok, caches, P + s)[:, -1].argmax(-1, keepdim=True)
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) / steps)
+    return statistics.median(times)
