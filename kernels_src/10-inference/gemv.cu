@@ -5,19 +5,21 @@
 // bounded by the bytes of all weights / DRAM bandwidth. One warp per output row: the lanes
 // read the row in 16-byte loads (8 fp16 values each, coalesced), keep up to MAX_BATCH dot
 // products in registers (W is read once for up to MAX_BATCH tokens: a larger batch reads
-// it once per MAX_BATCH rows), and a butterfly sum finishes each. The epilogue is fused:
+// it once per MAX_BATCH rows), and a butterfly sum finishes each. Each lane issues UNROLL
+// loads before it uses the first, so enough bytes are in flight to cover DRAM latency. The epilogue is fused:
 //   mode 0: y = Wx;   mode 1: y += Wx (the residual add);   mode 2: y = gelu_tanh(Wx).
 // x is read by every warp: it is small (batch x K x 4 bytes) and stays in L1 and L2.
 // Limit: memory-bound, N x K x 2 bytes of W per launch; target the copy bandwidth when W
 // does not fit in L2 (when it does, consecutive decode steps read it from L2).
 // Launch: block (ROWS x 32), grid (ceil(N / ROWS)); 16-byte loads need K % 8 == 0 and W
-// 16-byte aligned, else every load is one value.
+// and x 16-byte aligned, else every load is one value.
 #include <cuda_fp16.h>
 
 #define WARP_SIZE 32
 #define FULL_MASK 0xffffffffu
 #define ROWS 8          // output rows per block, one per warp
 #define MAX_BATCH 8     // tokens that share one read of W
+#define UNROLL 4        // 16-byte loads in flight per lane
 
 __device__ __forceinline__ float gelu_tanh(float v) {  // the GELU of GPT-2
     const float k0 = 0.7978845608028654f, k1 = 0.044715f;  // sqrt(2 / pi)
@@ -39,20 +41,32 @@ gemv_f16(const __half* __restrict__ W, const float* __restrict__ x, float* __res
 #pragma unroll
         for (int b = 0; b < MAX_BATCH; ++b) acc[b] = 0.0f;
         if (vec) {
-            for (int k = lane * 8; k < K; k += WARP_SIZE * 8) {
-                const uint4 raw = *reinterpret_cast<const uint4*>(w + k);
-                const __half* h = reinterpret_cast<const __half*>(&raw);
-                float wf[8];
+            // UNROLL 16-byte loads of W per lane are issued before any of them is used: that
+            // many loads in flight per warp, which a memory-bound kernel needs (Little's law)
+            for (int k0 = lane * 8; k0 < K; k0 += WARP_SIZE * 8 * UNROLL) {
+                uint4 raw[UNROLL];
 #pragma unroll
-                for (int j = 0; j < 8; ++j) wf[j] = __half2float(h[j]);
+                for (int u = 0; u < UNROLL; ++u) {
+                    const int k = k0 + u * WARP_SIZE * 8;
+                    raw[u] = k < K ? *reinterpret_cast<const uint4*>(w + k) : make_uint4(0, 0, 0, 0);
+                }
 #pragma unroll
-                for (int b = 0; b < MAX_BATCH; ++b) {
-                    if (b < nb) {
-                        const float* xb = x + static_cast<long long>(b0 + b) * K + k;
-                        const float4 x0 = *reinterpret_cast<const float4*>(xb);
-                        const float4 x1 = *reinterpret_cast<const float4*>(xb + 4);
-                        acc[b] += wf[0] * x0.x + wf[1] * x0.y + wf[2] * x0.z + wf[3] * x0.w +
-                                  wf[4] * x1.x + wf[5] * x1.y + wf[6] * x1.z + wf[7] * x1.w;
+                for (int u = 0; u < UNROLL; ++u) {
+                    const int k = k0 + u * WARP_SIZE * 8;
+                    if (k >= K) break;
+                    const __half* h = reinterpret_cast<const __half*>(&raw[u]);
+                    float wf[8];
+#pragma unroll
+                    for (int j = 0; j < 8; ++j) wf[j] = __half2float(h[j]);
+#pragma unroll
+                    for (int b = 0; b < MAX_BATCH; ++b) {
+                        if (b < nb) {
+                            const float* xb = x + static_cast<long long>(b0 + b) * K + k;
+                            const float4 x0 = *reinterpret_cast<const float4*>(xb);
+                            const float4 x1 = *reinterpret_cast<const float4*>(xb + 4);
+                            acc[b] += wf[0] * x0.x + wf[1] * x0.y + wf[2] * x0.z + wf[3] * x0.w +
+                                      wf[4] * x1.x + wf[5] * x1.y + wf[6] * x1.z + wf[7] * x1.w;
+                        }
                     }
                 }
             }

@@ -520,14 +520,19 @@ def time_book_decode(model: BookGPT, prompt: Any, steps: int, graph: Any = None,
     return statistics.median(times)
 
 
-def time_torch_decode(model: Any, prompt: Any, steps: int, reps: int = 3) -> float:
-    """The same for the PyTorch model in eager mode, with its KV cache (greedy)."""
+def time_torch_decode(model: Any, prompt: Any, steps: int, reps: int = 3, cudnn: bool = True) -> float:
+    """The same for the PyTorch model in eager mode, with its KV cache (greedy). cudnn=False keeps
+    scaled_dot_product_attention off cuDNN's kernel (flash, memory-efficient or math instead)."""
+    import contextlib
     import statistics
+
+    from torch.nn.attention import SDPBackend, sdpa_kernel
 
     B, P = prompt.shape
     caches = model.new_caches(B, P + steps + 1)
     times = []
-    with torch.inference_mode():
+    backends = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+    with torch.inference_mode(), contextlib.nullcontext() if cudnn else sdpa_kernel(backends):
         for _ in range(reps):
             tok = model(prompt, caches, 0)[:, -1].argmax(-1, keepdim=True)
             torch.cuda.synchronize()
