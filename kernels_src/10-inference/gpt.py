@@ -260,15 +260,19 @@ if torch is not None:
 
     @torch.no_grad()
     def torch_generate(model: TorchGPT, prompt: Any, steps: int, caches=None) -> Any:
-        """Greedy decoding with a KV cache in PyTorch eager: prefill, then one token per step."""
+        """Greedy decoding with a KV cache in PyTorch eager: prefill, then one token per step (attention
+        without cuDNN's kernel, which plans anew for every sequence length)."""
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
         B, P = prompt.shape
         caches = caches or model.new_caches(B, P + steps)
-        logits = model(prompt, caches, 0)[:, -1]
-        out = []
-        for s in range(steps):
-            tok = logits.argmax(-1, keepdim=True)
-            out.append(tok)
-            logits = model(tok, caches, P + s)[:, -1]
+        with sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]):
+            logits = model(prompt, caches, 0)[:, -1]
+            out = []
+            for s in range(steps):
+                tok = logits.argmax(-1, keepdim=True)
+                out.append(tok)
+                logits = model(tok, caches, P + s)[:, -1]
         return torch.cat(out, 1)
 
 
@@ -496,11 +500,21 @@ def capture_decode_graph(model: BookGPT) -> Any:
     return graph
 
 
-def time_book_decode(model: BookGPT, prompt: Any, steps: int, graph: Any = None, reps: int = 3) -> float:
-    """Milliseconds per decode step (all sequences of the batch), median over `reps` generations of
-    `steps` greedy tokens after the same prompt; through `graph` (from capture_decode_graph) if given."""
+def step_timing(name: str, per_step_ms: list[float], nbytes: float | None = None) -> Any:
+    """A cudl Timing of one decode step from the per-step times of several runs."""
     import statistics
 
+    from cudl.bench import Timing
+
+    q = statistics.quantiles(per_step_ms, n=4) if len(per_step_ms) > 1 else per_step_ms * 3
+    return Timing(name, statistics.median(per_step_ms), q[0], q[2], len(per_step_ms), nbytes,
+                  times_ms=per_step_ms)
+
+
+def time_book_decode(model: BookGPT, prompt: Any, steps: int, graph: Any = None, reps: int = 3,
+                     name: str = "book decode", nbytes: float | None = None) -> Any:
+    """A Timing of one decode step (all sequences of the batch): the median over `reps` generations of
+    `steps` greedy tokens after the same prompt; through `graph` (from capture_decode_graph) if given."""
     import cupy
 
     times = []
@@ -517,14 +531,14 @@ def time_book_decode(model: BookGPT, prompt: Any, steps: int, graph: Any = None,
         end.record()
         end.synchronize()
         times.append(cupy.cuda.get_elapsed_time(start, end) / steps)
-    return statistics.median(times)
+    return step_timing(name, times, nbytes)
 
 
-def time_torch_decode(model: Any, prompt: Any, steps: int, reps: int = 3, cudnn: bool = True) -> float:
+def time_torch_decode(model: Any, prompt: Any, steps: int, reps: int = 3, cudnn: bool = True,
+                      name: str = "PyTorch eager decode", nbytes: float | None = None) -> Any:
     """The same for the PyTorch model in eager mode, with its KV cache (greedy). cudnn=False keeps
     scaled_dot_product_attention off cuDNN's kernel (flash, memory-efficient or math instead)."""
     import contextlib
-    import statistics
 
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -543,4 +557,4 @@ def time_torch_decode(model: Any, prompt: Any, steps: int, reps: int = 3, cudnn:
             end.record()
             end.synchronize()
             times.append(start.elapsed_time(end) / steps)
-    return statistics.median(times)
+    return step_timing(name, times, nbytes)
