@@ -261,7 +261,7 @@ if torch is not None:
     @torch.no_grad()
     def torch_generate(model: TorchGPT, prompt: Any, steps: int, caches=None) -> Any:
         """Greedy decoding with a KV cache in PyTorch eager: prefill, then one token per step (attention
-        without cuDNN's kernel, which plans anew for every sequence length)."""
+        without cuDNN's kernel, which was the slower choice for a decode loop in this chapter's runs)."""
         from torch.nn.attention import SDPBackend, sdpa_kernel
 
         B, P = prompt.shape
