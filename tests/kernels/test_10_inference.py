@@ -209,7 +209,8 @@ def test_advance():
 # ---------------------------------------------------------------- GEMV
 
 @pytest.mark.parametrize("mode", [0, 1, 2])
-@pytest.mark.parametrize("N,K,batch", [(1, 1, 1), (37, 100, 3), (20, 64, 1), (9, 1000, 11), (64, 256, 8)])
+@pytest.mark.parametrize("N,K,batch", [(1, 1, 1), (37, 100, 3), (20, 64, 1), (9, 1000, 11), (64, 256, 8),
+                                         (5, 8, 2), (3, 2056, 1), (17, 1030, 9)])
 def test_gemv(N, K, batch, mode):
     rng = np.random.default_rng()
     W = (rng.standard_normal((N, K)) / math.sqrt(K)).astype(np.float16)
