@@ -72,7 +72,9 @@ decode_attention_partial(const float* __restrict__ q, int q_stride,
 #pragma unroll
                 for (int j = 0; j < PER_LANE; ++j) {
                     const int d = lane + j * WARP_SIZE;
-                    if (d < head_dim) s[kk] += qv[j] * to_float(kh[(t0 + kk) * head_dim + d]);
+                    if (d < head_dim) {
+                        s[kk] += qv[j] * to_float(kh[(t0 + kk) * head_dim + d]);
+                    }
                 }
             }
         }
@@ -100,7 +102,7 @@ decode_attention_partial(const float* __restrict__ q, int q_stride,
         }
         m = mx;
     }
-    // The block's warps hold partial softmaxes of their own keys: combine them the same way.
+    // The warps hold partial softmaxes of their own keys: combine them the same way.
     if (lane == 0) {
         warp_m[warp] = m;
         warp_l[warp] = l;

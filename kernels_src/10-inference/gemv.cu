@@ -6,7 +6,8 @@
 // read the row in 16-byte loads (8 fp16 values each, coalesced), keep up to MAX_BATCH dot
 // products in registers (W is read once for up to MAX_BATCH tokens: a larger batch reads
 // it once per MAX_BATCH rows), and a butterfly sum finishes each. Each lane issues UNROLL
-// loads before it uses the first, so enough bytes are in flight to cover DRAM latency. The epilogue is fused:
+// loads before it uses the first, so enough bytes are in flight to cover DRAM latency.
+// The epilogue is fused:
 //   mode 0: y = Wx;   mode 1: y += Wx (the residual add);   mode 2: y = gelu_tanh(Wx).
 // x is read by every warp: it is small (batch x K x 4 bytes) and stays in L1 and L2.
 // Limit: memory-bound, N x K x 2 bytes of W per launch; target the copy bandwidth when W
@@ -41,14 +42,15 @@ gemv_f16(const __half* __restrict__ W, const float* __restrict__ x, float* __res
 #pragma unroll
         for (int b = 0; b < MAX_BATCH; ++b) acc[b] = 0.0f;
         if (vec) {
-            // UNROLL 16-byte loads of W per lane are issued before any of them is used: that
-            // many loads in flight per warp, which a memory-bound kernel needs (Little's law)
+            // UNROLL 16-byte loads of W per lane are issued before any is used: that many
+            // loads in flight per lane, which a memory-bound kernel needs (Little's law)
             for (int k0 = lane * 8; k0 < K; k0 += WARP_SIZE * 8 * UNROLL) {
                 uint4 raw[UNROLL];
 #pragma unroll
                 for (int u = 0; u < UNROLL; ++u) {
                     const int k = k0 + u * WARP_SIZE * 8;
-                    raw[u] = k < K ? *reinterpret_cast<const uint4*>(w + k) : make_uint4(0, 0, 0, 0);
+                    raw[u] = k < K ? *reinterpret_cast<const uint4*>(w + k)
+                                   : make_uint4(0, 0, 0, 0);
                 }
 #pragma unroll
                 for (int u = 0; u < UNROLL; ++u) {
@@ -64,8 +66,9 @@ gemv_f16(const __half* __restrict__ W, const float* __restrict__ x, float* __res
                             const float* xb = x + static_cast<long long>(b0 + b) * K + k;
                             const float4 x0 = *reinterpret_cast<const float4*>(xb);
                             const float4 x1 = *reinterpret_cast<const float4*>(xb + 4);
-                            acc[b] += wf[0] * x0.x + wf[1] * x0.y + wf[2] * x0.z + wf[3] * x0.w +
-                                      wf[4] * x1.x + wf[5] * x1.y + wf[6] * x1.z + wf[7] * x1.w;
+                            acc[b] += wf[0] * x0.x + wf[1] * x0.y + wf[2] * x0.z +
+                                      wf[3] * x0.w + wf[4] * x1.x + wf[5] * x1.y +
+                                      wf[6] * x1.z + wf[7] * x1.w;
                         }
                     }
                 }

@@ -176,12 +176,13 @@ if torch is not None:
             H, hd = self.cfg.n_head, self.cfg.head_dim
             q, k, v = self.qkv(self.norm1(x)).view(B, T, 3, H, hd).permute(2, 0, 3, 1, 4)
             q, k = rope_torch(q, positions), rope_torch(k, positions)
-            if cache is not None:  # write this step's keys and values, attend over all so far
+            if cache is not None:  # write this step's keys and values; attend over all
                 kc, vc = cache
                 kc[:B, :, start:start + T] = k
                 vc[:B, :, start:start + T] = v
                 k, v = kc[:B, :, :start + T], vc[:B, :, :start + T]
-            att = F.scaled_dot_product_attention(q, k, v, is_causal=T > 1)  # prefill starts at 0
+            # causal for a prompt (which starts at position 0); one new token sees all keys
+            att = F.scaled_dot_product_attention(q, k, v, is_causal=T > 1)
             x = x + self.proj(att.transpose(1, 2).reshape(B, T, -1))
             return x + self.down(F.gelu(self.up(self.norm2(x)), approximate="tanh"))
 
@@ -432,21 +433,25 @@ class BookGPT:
                            self.L))
 
     def decode_step(self) -> None:
-        """Tokens self.tokens at positions self.pos -> logits, next tokens, positions + 1. Device only."""
+        """Tokens self.tokens at positions self.pos -> logits, next tokens, positions + 1.
+        Device only: no host copies, the same arguments at every step (a graph can hold it)."""
         cfg, k, B = self.cfg, self.k, self.batch
         d, H, hd = cfg.d_model, cfg.n_head, cfg.head_dim
-        k["gather"]((self._grid(B * d),), (256,), (self.w["embed"], self.tokens, self.x, B, d))
+        k["gather"]((self._grid(B * d),), (256,),
+                    (self.w["embed"], self.tokens, self.x, B, d))
         for i in range(cfg.n_layer):
             kc, vc = self.cache[i]
             self._rms(self.x, self.w[f"{i}.norm1"], self.h, B)
             self._gemv(f"{i}.qkv", self.h, self.qkv, 0)
             k["rope"]((self._grid(B * H * hd),), (256,),
                       (self.qkv, self.pos, B, 1, 2 * H, hd, 3 * d, math.log2(ROPE_BASE)))
-            k["append"]((self._grid(B * d),), (256,), (self.qkv, kc, vc, self.pos, B, 1, H, hd, self.L))
+            k["append"]((self._grid(B * d),), (256,),
+                        (self.qkv, kc, vc, self.pos, B, 1, H, hd, self.L))
             k["partial"]((self.chunks, H, B), (128,),
-                         (self.qkv, 3 * d, kc, vc, self.pos, self.o_part, self.ml_part, H, hd, self.L,
-                          self.chunk, 1.0 / math.sqrt(hd)))
-            k["combine"]((H, B), (128,), (self.o_part, self.ml_part, self.att, H, hd, self.chunks))
+                         (self.qkv, 3 * d, kc, vc, self.pos, self.o_part, self.ml_part,
+                          H, hd, self.L, self.chunk, 1.0 / math.sqrt(hd)))
+            k["combine"]((H, B), (128,),
+                         (self.o_part, self.ml_part, self.att, H, hd, self.chunks))
             self._gemv(f"{i}.proj", self.att, self.x, 1)
             self._rms(self.x, self.w[f"{i}.norm2"], self.h, B)
             self._gemv(f"{i}.up", self.h, self.ff, 2)
@@ -486,11 +491,11 @@ class BookGPT:
 # ---------------------------------------------------------------- timing (GPU only)
 
 def capture_decode_graph(model: BookGPT) -> Any:
-    """A CUDA graph of one decode step (CuPy stream capture); `graph.launch()` replays it on the
-    current stream. The graph holds the batch size and the buffers' addresses of `model` as they are."""
+    """A CUDA graph of one decode step (CuPy stream capture); `graph.launch()` replays it
+    on the current stream. It holds the batch size and buffer addresses of `model`."""
     import cupy
 
-    model.decode_step()  # loads every module first: nothing may load or allocate inside a capture
+    model.decode_step()  # load every module first: nothing may load or allocate in a capture
     stream = cupy.cuda.Stream(non_blocking=True)
     with stream:
         stream.begin_capture()

@@ -30,8 +30,8 @@ __global__ void kv_append(const float* __restrict__ qkv, T* __restrict__ k_cache
         const int b = r / seq, position = start[b] + r % seq;
         if (position < 0 || position >= max_len) continue;
         const int head = c / head_dim, d = c % head_dim;
-        const long long to =
-            ((static_cast<long long>(b) * heads + head) * max_len + position) * head_dim + d;
+        const long long slot = (static_cast<long long>(b) * heads + head) * max_len + position;
+        const long long to = slot * head_dim + d;
         const float* row = qkv + static_cast<long long>(r) * 3 * width;
         k_cache[to] = from_float<T>(row[width + c]);
         v_cache[to] = from_float<T>(row[2 * width + c]);

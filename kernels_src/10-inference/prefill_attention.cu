@@ -45,15 +45,18 @@ prefill_attention(const float* __restrict__ q, int q_stride, const T* __restrict
     const int block_last = s0 + min(static_cast<int>(blockIdx.x + 1) * QUERIES, seq) - 1;
     const int n_keys = min(block_last + 1, max_len);
     if (valid) {
-        const float* qr = q + (static_cast<long long>(b) * seq + t) * q_stride + head * head_dim;
-        for (int d = lane; d < head_dim; d += WARP_SIZE) qs[warp][d] = qr[d] * (scale * LOG2E);
+        const long long row = static_cast<long long>(b) * seq + t;
+        const float* qr = q + row * q_stride + head * head_dim;
+        for (int d = lane; d < head_dim; d += WARP_SIZE) {
+            qs[warp][d] = qr[d] * (scale * LOG2E);  // scores in log2 units: exp2f below
+        }
     }
     const long long base = (static_cast<long long>(b) * heads + head) * max_len * head_dim;
     float m = NEG_INF, l = 0.0f, acc[PER_LANE];
 #pragma unroll
     for (int j = 0; j < PER_LANE; ++j) acc[j] = 0.0f;
     for (int tile = 0; tile < n_keys; tile += TILE) {
-        __syncthreads();  // the previous tile is used up (and qs is written, the first time)
+        __syncthreads();  // the previous tile is used up (and, the first time, qs written)
         for (int e = threadIdx.x; e < TILE * head_dim; e += blockDim.x) {
             const int kk = e / head_dim, d = e % head_dim, key = tile + kk;
             const long long at = base + static_cast<long long>(key) * head_dim + d;
@@ -91,7 +94,8 @@ prefill_attention(const float* __restrict__ q, int q_stride, const T* __restrict
         m = mx;
     }
     if (valid) {
-        float* o = out + (static_cast<long long>(b) * seq + t) * heads * head_dim + head * head_dim;
+        const long long row = static_cast<long long>(b) * seq + t;
+        float* o = out + (row * heads + head) * head_dim;
 #pragma unroll
         for (int j = 0; j < PER_LANE; ++j) {
             const int d = lane + j * WARP_SIZE;

@@ -1,6 +1,7 @@
-// Rotary position embedding (RoPE, Su et al. 2021), in place on the query and key heads of a
-// fused QKV buffer. Each head of head_dim values is split in halves (x1, x2) = (x[i], x[i + h])
-// with h = head_dim / 2, and pair i is rotated by the angle pos * base^(-2i / head_dim):
+// Rotary position embedding (RoPE, Su et al. 2021), in place on the query and key heads
+// of a fused QKV buffer. Each head of head_dim values is split in halves,
+// (x1, x2) = (x[i], x[i + h]) with h = head_dim / 2, and pair i is rotated by the angle
+// pos * base^(-2i / head_dim):
 //   x[i] = x1 cos - x2 sin,   x[i + h] = x2 cos + x1 sin   (the "rotate half" layout).
 // Rows: row r = b * seq + t is token t of sequence b, at position start[b] + t, and holds
 // `heads` heads of head_dim values starting at x + r * row_stride (q and k are adjacent in
@@ -8,7 +9,8 @@
 // T = float or __half; the angle and the rotation are computed in fp32.
 // Limit: memory-bound, 2 * 2 * sizeof(T) bytes per pair (read and write two values); the
 // sincosf costs a few dozen instructions per pair and hides under the memory time.
-// Launch: block (256), grid (min(ceil(pairs / 256), 32 x SM count)), pairs = rows x heads x h.
+// Launch: block (256), grid (min(ceil(pairs / 256), 32 x SM count)),
+// pairs = rows x heads x h.
 #include <cuda_fp16.h>
 
 __device__ __forceinline__ float to_float(float v) { return v; }
@@ -35,7 +37,8 @@ __global__ void rope(T* __restrict__ x, const int* __restrict__ start, int rows,
         const float inv_freq = exp2f(-(2.0f * i / head_dim) * log2_base);
         float s, c;
         sincosf(position * inv_freq, &s, &c);
-        T* h = x + static_cast<long long>(r) * row_stride + static_cast<long long>(head) * head_dim;
+        T* h = x + static_cast<long long>(r) * row_stride +
+               static_cast<long long>(head) * head_dim;
         const float x1 = to_float(h[i]), x2 = to_float(h[i + half]);
         h[i] = from_float<T>(x1 * c - x2 * s);
         h[i + half] = from_float<T>(x2 * c + x1 * s);

@@ -1,6 +1,7 @@
 // Choosing the next token from the logits, one block per sequence, no host round trip:
 // sample_top_k: keeps the k largest logits (ties: the smaller token id first) and draws
-//   token j with probability exp(z_j / temperature) / sum over the k of exp(z / temperature),
+//   token j with probability exp(z_j / temperature) / sum over the k of
+//   exp(z / temperature),
 //   by inverse transform: the first j whose running sum exceeds u[b] x total, for a
 //   uniform number u[b] in [0, 1) passed in, so the same u gives the same token.
 //   temperature <= 0 or k == 1 is argmax (greedy decoding). k <= MAX_K.
