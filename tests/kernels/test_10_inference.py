@@ -251,3 +251,20 @@ def test_book_gpt_matches_numpy(cache_dtype):
         ref = gpt.numpy_forward(w, cfg, seqs)[:, -1]
         cudl.check(model.logits, ref, rtol=rtol, name=f"decode step {s + 1} logits")
     assert cudl.to_numpy(model.pos).tolist() == [prompt.shape[1] + steps - 1] * 2
+
+
+def test_generate_is_reproducible_and_runs_past_its_buffers():
+    """The same seed gives the same sampled text; decode steps past the history buffer record nothing
+    and write nothing out of bounds (a benchmark runs any number of steps)."""
+    cfg = gpt.Config(vocab=17, d_model=32, n_layer=1, n_head=1, d_ff=40, max_len=12)
+    w = gpt.round_to_fp16(gpt.random_weights(cfg, seed=3))
+    model = gpt.BookGPT(w, cfg, max_batch=3)
+    prompt = np.random.default_rng().integers(0, cfg.vocab, (3, 4)).astype(np.int32)
+    a = model.generate(prompt, 6, top_k=5, temperature=1.0, seed=7)
+    b = model.generate(prompt, 6, top_k=5, temperature=1.0, seed=7)
+    assert a.shape == (3, 6) and np.array_equal(a, b)
+    assert ((0 <= a) & (a < cfg.vocab)).all()
+    for _ in range(cfg.max_len + 3):  # positions past max_len: appends dropped, attention clamped
+        model.decode_step()
+    assert np.isfinite(cudl.to_numpy(model.logits)[:3]).all()
+    assert int(cudl.to_numpy(model.step)[0]) == 6 + cfg.max_len + 3
