@@ -1,7 +1,7 @@
-// Decode attention, split-K ("flash decoding", Dao et al. 2023): one new query per sequence
-// attends over all len = pos[b] + 1 cached keys (positions 0 .. pos[b]). One block per
-// (sequence, head) would leave an H100's 132 SMs idle at batch 1, so the keys are cut
-// into chunks of `chunk` keys and every (chunk, head, sequence) gets a block:
+// Decode attention, split-K ("flash decoding", Dao et al. 2023): one new query per
+// sequence attends over all len = pos[b] + 1 cached keys (positions 0 .. pos[b]). One
+// block per (sequence, head) would leave an H100's 132 SMs idle at batch 1, so the keys
+// are cut into chunks of `chunk` keys and every (chunk, head, sequence) gets a block:
 //   decode_attention_partial: each block runs the online softmax (chapter 7) over its
 //     chunk and writes the unnormalized output o_c = sum_j 2^(s_j - m_c) v_j, its maximum
 //     m_c and its sum l_c = sum_j 2^(s_j - m_c) (scores s in log2 units);
@@ -32,7 +32,8 @@
 __device__ __forceinline__ float to_float(float v) { return v; }
 __device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
 
-__device__ __forceinline__ float warp_sum(float v) {  // butterfly: every lane gets the sum
+// butterfly: every lane gets the sum
+__device__ __forceinline__ float warp_sum(float v) {
     for (int offset = WARP_SIZE / 2; offset > 0; offset /= 2) {
         v += __shfl_xor_sync(FULL_MASK, v, offset);
     }
@@ -44,8 +45,8 @@ __global__ void __launch_bounds__(WARPS * WARP_SIZE)
 decode_attention_partial(const float* __restrict__ q, int q_stride,
                          const T* __restrict__ k_cache, const T* __restrict__ v_cache,
                          const int* __restrict__ pos, float* __restrict__ o_part,
-                         float* __restrict__ ml_part, int heads, int head_dim, int max_len,
-                         int chunk, float scale) {
+                         float* __restrict__ ml_part, int heads, int head_dim,
+                         int max_len, int chunk, float scale) {
     __shared__ float warp_m[WARPS], warp_l[WARPS], warp_o[WARPS][MAX_HEAD_DIM];
     const int c = blockIdx.x, head = blockIdx.y, b = blockIdx.z;
     const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
@@ -59,7 +60,8 @@ decode_attention_partial(const float* __restrict__ q, int q_stride,
         qv[j] = d < head_dim ? qh[d] * (scale * LOG2E) : 0.0f;
         acc[j] = 0.0f;
     }
-    const long long base = (static_cast<long long>(b) * heads + head) * max_len * head_dim;
+    const long long base =
+        (static_cast<long long>(b) * heads + head) * max_len * head_dim;
     const T* kh = k_cache + base;
     const T* vh = v_cache + base;
     float m = NEG_INF, l = 0.0f;
@@ -96,7 +98,8 @@ decode_attention_partial(const float* __restrict__ q, int q_stride,
 #pragma unroll
                 for (int j = 0; j < PER_LANE; ++j) {
                     const int d = lane + j * WARP_SIZE;
-                    if (d < head_dim) acc[j] += p * to_float(vh[(t0 + kk) * head_dim + d]);
+                    if (d < head_dim)
+                        acc[j] += p * to_float(vh[(t0 + kk) * head_dim + d]);
                 }
             }
         }

@@ -2,12 +2,12 @@
 // batch of new tokens), W fp16 [N, K] row-major (nn.Linear's layout), x and y fp32.
 // At batch 1 every weight is used for one multiply-add: 2 flops per 2 bytes, far left of
 // the ridge point, so the kernel is a copy of W at best, and the whole decode step is
-// bounded by the bytes of all weights / DRAM bandwidth. One warp per output row: the lanes
-// read the row in 16-byte loads (8 fp16 values each, coalesced), keep up to MAX_BATCH dot
-// products in registers (W is read once for up to MAX_BATCH tokens: a larger batch reads
-// it once per MAX_BATCH rows), and a butterfly sum finishes each. Each lane issues UNROLL
-// loads before it uses the first, so enough bytes are in flight to cover DRAM latency.
-// The epilogue is fused:
+// bounded by the bytes of all weights / DRAM bandwidth. One warp per output row: the
+// lanes read the row in 16-byte loads (8 fp16 values each, coalesced), keep up to
+// MAX_BATCH dot products in registers (W is read once for up to MAX_BATCH tokens: a
+// larger batch reads it once per MAX_BATCH rows), and a butterfly sum finishes each. Each
+// lane issues UNROLL loads before it uses the first, so enough bytes are in flight to
+// cover DRAM latency. The epilogue is fused:
 //   mode 0: y = Wx;   mode 1: y += Wx (the residual add);   mode 2: y = gelu_tanh(Wx).
 // x is read by every warp: it is small (batch x K x 4 bytes) and stays in L1 and L2.
 // Limit: memory-bound, N x K x 2 bytes of W per launch; target the copy bandwidth when W

@@ -1,14 +1,18 @@
 """Chapter 10's tiny GPT: one model, three implementations of its forward pass.
 
-* `numpy_forward`: float64 NumPy, the reference the tests compare with (no GPU, no PyTorch);
+* `numpy_forward`: float64 NumPy, the reference the tests compare with (no GPU, no
+PyTorch);
 * `TorchGPT`: PyTorch, for training and as the speed baseline (eager, with a KV cache);
-* `BookGPT`: the book's kernels (kernels_src/), with a KV cache: `prefill` runs the prompt,
-  `decode_step` one new token per sequence, entirely on the device (a CUDA graph can hold it).
+* `BookGPT`: the book's kernels (kernels_src/), with a KV cache: `prefill` runs the
+prompt,
+  `decode_step` one new token per sequence, entirely on the device (a CUDA graph can hold
+  it).
 
-The architecture is GPT-2's with two later changes that Llama made common: RMSNorm instead of
-LayerNorm and rotary position embeddings (RoPE) instead of learned ones. No biases. Per layer:
-x += proj(attention(rope(qkv(rmsnorm(x)))));  x += down(gelu_tanh(up(rmsnorm(x)))).
-Weights are a dict of float32 arrays named as in `weight_shapes`; linear layers are [out, in].
+The architecture is GPT-2's with two later changes that Llama made common: RMSNorm instead
+of LayerNorm and rotary position embeddings (RoPE) instead of learned ones. No biases. Per
+layer: x += proj(attention(rope(qkv(rmsnorm(x)))));  x += down(gelu_tanh(up(rmsnorm(x)))).
+Weights are a dict of float32 arrays named as in `weight_shapes`; linear layers are [out,
+in].
 """
 
 from __future__ import annotations
@@ -49,8 +53,14 @@ def weight_shapes(cfg: Config) -> dict[str, tuple[int, ...]]:
     d, f = cfg.d_model, cfg.d_ff
     shapes: dict[str, tuple[int, ...]] = {"embed": (cfg.vocab, d)}
     for i in range(cfg.n_layer):
-        shapes |= {f"{i}.norm1": (d,), f"{i}.qkv": (3 * d, d), f"{i}.proj": (d, d),
-                   f"{i}.norm2": (d,), f"{i}.up": (f, d), f"{i}.down": (d, f)}
+        shapes |= {
+            f"{i}.norm1": (d,),
+            f"{i}.qkv": (3 * d, d),
+            f"{i}.proj": (d, d),
+            f"{i}.norm2": (d,),
+            f"{i}.up": (f, d),
+            f"{i}.down": (d, f),
+        }
     return shapes | {"norm_f": (d,), "head": (cfg.vocab, d)}
 
 
@@ -59,7 +69,8 @@ def n_params(cfg: Config) -> int:
 
 
 def random_weights(cfg: Config, seed: int | None = None, xp: Any = np) -> dict[str, Any]:
-    """GPT-2's initialization (normal, sd 0.02), norms 1 (plus noise, so a test sees a wrong weight)."""
+    """GPT-2's initialization (normal, sd 0.02), norms 1 (plus noise, so a test sees a
+    wrong weight)."""
     rng = xp.random.default_rng(seed) if xp is np else xp.random.default_rng(seed or 0)
     w = {}
     for name, shape in weight_shapes(cfg).items():
@@ -71,22 +82,29 @@ def random_weights(cfg: Config, seed: int | None = None, xp: Any = np) -> dict[s
 
 
 def round_to_fp16(weights: dict[str, Any]) -> dict[str, Any]:
-    """The weights as the book's decode reads them: linear layers rounded to fp16 (storage), so the
-    reference and the book's forward compute with the same numbers."""
-    return {k: (v.astype(np.float16).astype(np.float32) if v.ndim == 2 and k != "embed" else v)
-            for k, v in weights.items()}
+    """The weights as the book's decode reads them: linear layers rounded to fp16
+    (storage), so the reference and the book's forward compute with the same numbers."""
+    return {
+        k: (
+            v.astype(np.float16).astype(np.float32) if v.ndim == 2 and k != "embed" else v
+        )
+        for k, v in weights.items()
+    }
 
 
 # ---------------------------------------------------------------- text and tokenizer
 
+
 def book_text() -> str:
-    """The book's own chapters (chapters/*.md), concatenated: the training text ships with the repository."""
+    """The book's own chapters (chapters/*.md), concatenated: the training text ships with
+    the repository."""
     root = Path(__file__).resolve().parents[2] / "chapters"
     return "\n\n".join(p.read_text(encoding="utf-8") for p in sorted(root.glob("*.md")))
 
 
 class CharTokenizer:
-    """One token per character of the training text (unknown characters map to token 0)."""
+    """One token per character of the training text (unknown characters map to token
+    0)."""
 
     def __init__(self, text: str):
         self.chars = sorted(set(text))
@@ -104,6 +122,7 @@ class CharTokenizer:
 
 
 # ---------------------------------------------------------------- float64 NumPy reference
+
 
 def rope_np(x: np.ndarray, positions: np.ndarray) -> np.ndarray:
     """RoPE, "rotate half" layout, on x [..., tokens, head_dim] in float64."""
@@ -134,7 +153,8 @@ def numpy_forward(weights: dict[str, Any], cfg: Config, tokens: np.ndarray) -> n
     mask = np.triu(np.full((T, T), -np.inf), 1)
     for i in range(cfg.n_layer):
         qkv = rmsnorm_np(x, w[f"{i}.norm1"]) @ w[f"{i}.qkv"].T
-        q, k, v = qkv.reshape(B, T, 3, H, hd).transpose(2, 0, 3, 1, 4)  # [B, H, T, hd] each
+        # [B, H, T, hd] each
+        q, k, v = qkv.reshape(B, T, 3, H, hd).transpose(2, 0, 3, 1, 4)
         q, k = rope_np(q, pos), rope_np(k, pos)
         s = q @ k.transpose(0, 1, 3, 2) / math.sqrt(hd) + mask
         p = np.exp(s - s.max(-1, keepdims=True))
@@ -151,10 +171,13 @@ def numpy_forward(weights: dict[str, Any], cfg: Config, tokens: np.ndarray) -> n
 if torch is not None:
 
     def rope_torch(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        """RoPE on x [batch, heads, tokens, head_dim] at `positions` [tokens]; fp32 angles."""
+        """RoPE on x [batch, heads, tokens, head_dim] at `positions` [tokens]; fp32
+        angles."""
         hd = x.shape[-1]
         h = hd // 2
-        inv_freq = ROPE_BASE ** (-torch.arange(0, h, device=x.device, dtype=torch.float32) * 2 / hd)
+        inv_freq = ROPE_BASE ** (
+            -torch.arange(0, h, device=x.device, dtype=torch.float32) * 2 / hd
+        )
         ang = positions.float()[:, None] * inv_freq
         c, s = ang.cos().to(x.dtype), ang.sin().to(x.dtype)
         x1, x2 = x[..., :h], x[..., h:]
@@ -178,10 +201,11 @@ if torch is not None:
             q, k = rope_torch(q, positions), rope_torch(k, positions)
             if cache is not None:  # write this step's keys and values; attend over all
                 kc, vc = cache
-                kc[:B, :, start:start + T] = k
-                vc[:B, :, start:start + T] = v
-                k, v = kc[:B, :, :start + T], vc[:B, :, :start + T]
-            # causal for a prompt (which starts at position 0); one new token sees all keys
+                kc[:B, :, start : start + T] = k
+                vc[:B, :, start : start + T] = v
+                k, v = kc[:B, :, : start + T], vc[:B, :, : start + T]
+            # causal for a prompt (which starts at position 0); one new token sees all
+            # keys
             att = F.scaled_dot_product_attention(q, k, v, is_causal=T > 1)
             x = x + self.proj(att.transpose(1, 2).reshape(B, T, -1))
             return x + self.down(F.gelu(self.up(self.norm2(x)), approximate="tanh"))
@@ -209,46 +233,89 @@ if torch is not None:
         def new_caches(self, batch: int, max_len: int, dtype=None):
             H, hd = self.cfg.n_head, self.cfg.head_dim
             p = next(self.parameters())
-            return [tuple(torch.zeros(batch, H, max_len, hd, device=p.device, dtype=dtype or p.dtype)
-                          for _ in range(2)) for _ in range(self.cfg.n_layer)]
+            return [
+                tuple(
+                    torch.zeros(
+                        batch, H, max_len, hd, device=p.device, dtype=dtype or p.dtype
+                    )
+                    for _ in range(2)
+                )
+                for _ in range(self.cfg.n_layer)
+            ]
 
         def weights(self, xp: Any = np) -> dict[str, Any]:
-            """The weights in `weight_shapes` naming, float32, as NumPy arrays (or CuPy, through DLPack)."""
-            sd = {k: (v.detach().float().cpu().numpy() if xp is np else xp.from_dlpack(v.detach().float()))
-                  for k, v in self.state_dict().items()}
-            w = {"embed": sd["embed.weight"], "norm_f": sd["norm_f.weight"], "head": sd["head.weight"]}
+            """The weights in `weight_shapes` naming, float32, as NumPy arrays (or CuPy,
+            through DLPack)."""
+            sd = {
+                k: (
+                    v.detach().float().cpu().numpy()
+                    if xp is np
+                    else xp.from_dlpack(v.detach().float())
+                )
+                for k, v in self.state_dict().items()
+            }
+            w = {
+                "embed": sd["embed.weight"],
+                "norm_f": sd["norm_f.weight"],
+                "head": sd["head.weight"],
+            }
             for i in range(self.cfg.n_layer):
                 for part in ("norm1", "norm2", "qkv", "proj", "up", "down"):
                     w[f"{i}.{part}"] = sd[f"blocks.{i}.{part}.weight"]
             return w
 
         def load_weights(self, w: dict[str, Any]) -> None:
-            sd = {"embed.weight": w["embed"], "norm_f.weight": w["norm_f"], "head.weight": w["head"]}
+            sd = {
+                "embed.weight": w["embed"],
+                "norm_f.weight": w["norm_f"],
+                "head.weight": w["head"],
+            }
             for i in range(self.cfg.n_layer):
                 for part in ("norm1", "norm2", "qkv", "proj", "up", "down"):
                     sd[f"blocks.{i}.{part}.weight"] = w[f"{i}.{part}"]
             p = next(self.parameters())
-            self.load_state_dict({k: torch.as_tensor(v).to(p.device, p.dtype) for k, v in sd.items()})
+            self.load_state_dict(
+                {k: torch.as_tensor(v).to(p.device, p.dtype) for k, v in sd.items()}
+            )
 
-    def train(model: TorchGPT, data: np.ndarray, steps: int, batch: int = 64, lr: float = 3e-3,
-              seed: int = 0, log_every: int = 100) -> list[tuple[int, float]]:
-        """Next-character prediction on random windows of `data`; AdamW, cosine schedule, bf16 autocast."""
+    def train(
+        model: TorchGPT,
+        data: np.ndarray,
+        steps: int,
+        batch: int = 64,
+        lr: float = 3e-3,
+        seed: int = 0,
+        log_every: int = 100,
+    ) -> list[tuple[int, float]]:
+        """Next-character prediction on random windows of `data`; AdamW, cosine schedule,
+        bf16 autocast."""
         g = torch.Generator(device="cpu").manual_seed(seed)
         dev = next(model.parameters()).device
         data_t = torch.as_tensor(data, dtype=torch.long, device=dev)
         T = model.cfg.max_len
-        opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.1,
-                                fused=dev.type == "cuda")
-        sched = torch.optim.lr_scheduler.OneCycleLR(opt, lr, total_steps=steps, pct_start=0.05)
+        opt = torch.optim.AdamW(
+            model.parameters(),
+            lr=lr,
+            betas=(0.9, 0.95),
+            weight_decay=0.1,
+            fused=dev.type == "cuda",
+        )
+        sched = torch.optim.lr_scheduler.OneCycleLR(
+            opt, lr, total_steps=steps, pct_start=0.05
+        )
         losses = []
         model.train()
         for step in range(steps):
             starts = torch.randint(0, len(data) - T - 1, (batch,), generator=g).to(dev)
             idx = starts[:, None] + torch.arange(T + 1, device=dev)
             chunk = data_t[idx]
-            with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=dev.type == "cuda"):
+            with torch.autocast(
+                dev.type, dtype=torch.bfloat16, enabled=dev.type == "cuda"
+            ):
                 logits = model(chunk[:, :-1])
-            loss = F.cross_entropy(logits.float().view(-1, logits.shape[-1]), chunk[:, 1:].reshape(-1))
+            loss = F.cross_entropy(
+                logits.float().view(-1, logits.shape[-1]), chunk[:, 1:].reshape(-1)
+            )
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -261,13 +328,16 @@ if torch is not None:
 
     @torch.no_grad()
     def torch_generate(model: TorchGPT, prompt: Any, steps: int, caches=None) -> Any:
-        """Greedy decoding with a KV cache in PyTorch eager: prefill, then one token per step (attention
-        without cuDNN's kernel, which was the slower choice for a decode loop in this chapter's runs)."""
+        """Greedy decoding with a KV cache in PyTorch eager: prefill, then one token per
+        step (attention without cuDNN's kernel, which was the slower choice for a decode
+        loop in this chapter's runs)."""
         from torch.nn.attention import SDPBackend, sdpa_kernel
 
         B, P = prompt.shape
         caches = caches or model.new_caches(B, P + steps)
-        with sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]):
+        with sdpa_kernel(
+            [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+        ):
             logits = model(prompt, caches, 0)[:, -1]
             out = []
             for s in range(steps):
@@ -279,20 +349,31 @@ if torch is not None:
 
 # ---------------------------------------------------------------- the book's kernels
 
+
 def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
 class BookGPT:
-    """The model served by the book's kernels, with a KV cache of `cache_dtype` ("float16" or "float32").
+    """The model served by the book's kernels, with a KV cache of `cache_dtype` ("float16"
+    or "float32").
 
-    Decode-step projections: gemv.cu on fp16 weights (fused residual add and GELU). Prefill projections:
-    chapter 5's matmul_6_vectorized on fp32 copies of the weights ([in, out]: C = A B), prefill residual
-    adds through the array library (CuPy / NumPy). Activations are fp32 everywhere.
+    Decode-step projections: gemv.cu on fp16 weights (fused residual add and GELU).
+    Prefill projections: chapter 5's matmul_6_vectorized on fp32 copies of the weights
+    ([in, out]: C = A B), prefill residual adds through the array library (CuPy / NumPy).
+    Activations are fp32 everywhere.
     """
 
-    def __init__(self, weights: dict[str, Any], cfg: Config, max_batch: int, max_len: int | None = None,
-                 cache_dtype: str = "float16", chunk: int = 64, prefill: bool = True):
+    def __init__(
+        self,
+        weights: dict[str, Any],
+        cfg: Config,
+        max_batch: int,
+        max_len: int | None = None,
+        cache_dtype: str = "float16",
+        chunk: int = 64,
+        prefill: bool = True,
+    ):
         import cudl
 
         self.cfg, self.B = cfg, max_batch
@@ -305,39 +386,63 @@ class BookGPT:
         self.k = {
             "gather": cudl.load("09-training/gather_rows.cu", "gather_rows"),
             "rms": cudl.load("07-fusion/fused_rows.cu", "rmsnorm_forward<float>"),
-            "matmul": cudl.load("05-matmul/matmul_6_vectorized.cu", "matmul_6_vectorized"),
-            "gelu": cudl.load("03-elementwise/activations.cu", "gelu_tanh_forward<float>"),
+            "matmul": cudl.load(
+                "05-matmul/matmul_6_vectorized.cu", "matmul_6_vectorized"
+            ),
+            "gelu": cudl.load(
+                "03-elementwise/activations.cu", "gelu_tanh_forward<float>"
+            ),
             "rope": cudl.load(src + "rope.cu", "rope<float>"),
             "append": cudl.load(src + "kv_cache.cu", f"kv_append<{T}>"),
             "prefill": cudl.load(src + "prefill_attention.cu", f"prefill_attention<{T}>"),
-            "partial": cudl.load(src + "decode_attention.cu", f"decode_attention_partial<{T}>"),
+            "partial": cudl.load(
+                src + "decode_attention.cu", f"decode_attention_partial<{T}>"
+            ),
             "combine": cudl.load(src + "decode_attention.cu", "decode_attention_combine"),
             "gemv": cudl.load(src + "gemv.cu", "gemv_f16"),
             "sample": cudl.load(src + "sampling.cu", "sample_top_k"),
             "advance": cudl.load(src + "sampling.cu", "advance"),
         }
-        f32 = lambda a: xp.ascontiguousarray(xp.asarray(a, dtype=np.float32))  # noqa: E731
+
+        def f32(a):
+            return xp.ascontiguousarray(xp.asarray(a, dtype=np.float32))
+
         self.w = {k: f32(v) for k, v in weights.items() if v.ndim == 1 or k == "embed"}
-        self.w16 = {k: xp.ascontiguousarray(xp.asarray(v).astype(np.float16))
-                    for k, v in weights.items() if v.ndim == 2 and k != "embed"}
+        self.w16 = {
+            k: xp.ascontiguousarray(xp.asarray(v).astype(np.float16))
+            for k, v in weights.items()
+            if v.ndim == 2 and k != "embed"
+        }
         # prefill's GEMM operands: the fp16-rounded weights, transposed, in fp32
-        self.wT = ({k: xp.ascontiguousarray(v.astype(np.float32).T) for k, v in self.w16.items()}
-                   if prefill else {})
+        self.wT = (
+            {k: xp.ascontiguousarray(v.astype(np.float32).T) for k, v in self.w16.items()}
+            if prefill
+            else {}
+        )
         d, H, hd = cfg.d_model, cfg.n_head, cfg.head_dim
         B, L = max_batch, self.L
-        self.cache = [(xp.zeros((B, H, L, hd), self.cache_dtype), xp.zeros((B, H, L, hd), self.cache_dtype))
-                      for _ in range(cfg.n_layer)]
+        self.cache = [
+            (
+                xp.zeros((B, H, L, hd), self.cache_dtype),
+                xp.zeros((B, H, L, hd), self.cache_dtype),
+            )
+            for _ in range(cfg.n_layer)
+        ]
         self.chunks = _cdiv(L, chunk)
         z = lambda *s: xp.zeros(s, np.float32)  # noqa: E731
         self.x, self.h, self.qkv, self.att = z(B, d), z(B, d), z(B, 3 * d), z(B, d)
-        self.ff, self.logits, self.rstd = z(B, cfg.d_ff), z(B, cfg.vocab), z(B * max(L, 1))
+        self.ff, self.logits, self.rstd = (
+            z(B, cfg.d_ff),
+            z(B, cfg.vocab),
+            z(B * max(L, 1)),
+        )
         self.o_part, self.ml_part = z(B, H, self.chunks, hd), z(B, H, self.chunks, 2)
         self.tokens = xp.zeros(B, np.int32)
         self.pos = xp.zeros(B, np.int32)
         self.step = xp.zeros(1, np.int32)
         self.u_now = z(B)
-        # flat [steps, batch] buffers for up to L steps, allocated once: a CUDA graph of decode_step
-        # holds their addresses
+        # flat [steps, batch] buffers for up to L steps, allocated once: a CUDA graph of
+        # decode_step holds their addresses
         self.u_all = z((L + 1) * B)
         self.history = xp.zeros(L * B, np.int32)
         self.batch = B
@@ -359,16 +464,21 @@ class BookGPT:
 
     def _matmul(self, a, name: str, c, M: int) -> None:
         K, N = self.wT[name].shape
-        self.k["matmul"]((_cdiv(N, 128), _cdiv(M, 128)), (256,), (M, N, K, a, self.wT[name], c))
+        self.k["matmul"](
+            (_cdiv(N, 128), _cdiv(M, 128)), (256,), (M, N, K, a, self.wT[name], c)
+        )
 
     def _gemv(self, name: str, x, y, mode: int) -> None:
         N, K = self.w16[name].shape
-        self.k["gemv"]((_cdiv(N, 8),), (256,), (self.w16[name], x, y, N, K, self.batch, mode))
+        self.k["gemv"](
+            (_cdiv(N, 8),), (256,), (self.w16[name], x, y, N, K, self.batch, mode)
+        )
 
     # -- the prompt
     def prefill(self, tokens: Any, all_logits: bool = False) -> Any:
-        """Run prompts tokens [batch, P] from position 0; fill the cache; return the logits of the last
-        token of each prompt [batch, vocab] (of every token, [batch, P, vocab], with all_logits)."""
+        """Run prompts tokens [batch, P] from position 0; fill the cache; return the
+        logits of the last token of each prompt [batch, vocab] (of every token, [batch, P,
+        vocab], with all_logits)."""
         xp, cfg, k = self.xp, self.cfg, self.k
         tokens = xp.asarray(tokens, dtype=np.int32)
         B, P = tokens.shape
@@ -387,10 +497,19 @@ class BookGPT:
             kc, vc = self.cache[i]
             self._rms(x, self.w[f"{i}.norm1"], h, R)
             self._matmul(h, f"{i}.qkv", qkv, R)
-            k["rope"]((self._grid(R * 2 * H * hd // 2),), (256,),
-                      (qkv, start, R, P, 2 * H, hd, 3 * d, math.log2(ROPE_BASE)))
-            k["append"]((self._grid(R * d),), (256,), (qkv, kc, vc, start, B, P, H, hd, self.L))
-            k["prefill"]((_cdiv(P, 8), H, B), (256,), (qkv, 3 * d, kc, vc, start, att, P, H, hd, self.L, scale))
+            k["rope"](
+                (self._grid(R * 2 * H * hd // 2),),
+                (256,),
+                (qkv, start, R, P, 2 * H, hd, 3 * d, math.log2(ROPE_BASE)),
+            )
+            k["append"](
+                (self._grid(R * d),), (256,), (qkv, kc, vc, start, B, P, H, hd, self.L)
+            )
+            k["prefill"](
+                (_cdiv(P, 8), H, B),
+                (256,),
+                (qkv, 3 * d, kc, vc, start, att, P, H, hd, self.L, scale),
+            )
             self._matmul(att, f"{i}.proj", tmp, R)
             x += tmp
             self._rms(x, self.w[f"{i}.norm2"], h, R)
@@ -412,13 +531,21 @@ class BookGPT:
         return logits
 
     # -- sampling and one decode step
-    def start_sampling(self, steps: int, top_k: int = 1, temperature: float = 0.0,
-                       seed: int | None = None) -> None:
-        """Uniform numbers for `steps` tokens, then pick the first token from the prefill's logits."""
+    def start_sampling(
+        self,
+        steps: int,
+        top_k: int = 1,
+        temperature: float = 0.0,
+        seed: int | None = None,
+    ) -> None:
+        """Uniform numbers for `steps` tokens, then pick the first token from the
+        prefill's logits."""
         xp, B = self.xp, self.batch
         assert steps <= self.L
         self.top_k, self.temperature = top_k, temperature
-        self.u_all[:] = xp.asarray(np.random.default_rng(seed).random(self.u_all.size).astype(np.float32))
+        self.u_all[:] = xp.asarray(
+            np.random.default_rng(seed).random(self.u_all.size).astype(np.float32)
+        )
         self.history[:] = 0
         self.u_now[:B] = self.u_all[:B]
         self.step[:] = 0
@@ -426,32 +553,77 @@ class BookGPT:
 
     def _sample_and_advance(self) -> None:
         B = self.batch
-        self.k["sample"]((B,), (256,), (self.logits, self.u_now, self.tokens, self.cfg.vocab,
-                                        self.top_k, self.temperature))
-        self.k["advance"]((1,), (max(32, _cdiv(B, 32) * 32),),
-                          (self.tokens, self.history, self.u_all, self.u_now, self.pos, self.step, B,
-                           self.L))
+        self.k["sample"](
+            (B,),
+            (256,),
+            (
+                self.logits,
+                self.u_now,
+                self.tokens,
+                self.cfg.vocab,
+                self.top_k,
+                self.temperature,
+            ),
+        )
+        self.k["advance"](
+            (1,),
+            (max(32, _cdiv(B, 32) * 32),),
+            (
+                self.tokens,
+                self.history,
+                self.u_all,
+                self.u_now,
+                self.pos,
+                self.step,
+                B,
+                self.L,
+            ),
+        )
 
     def decode_step(self) -> None:
         """Tokens self.tokens at positions self.pos -> logits, next tokens, positions + 1.
-        Device only: no host copies, the same arguments at every step (a graph can hold it)."""
+        Device only: no host copies, the same arguments at every step (a graph can hold
+        it)."""
         cfg, k, B = self.cfg, self.k, self.batch
         d, H, hd = cfg.d_model, cfg.n_head, cfg.head_dim
-        k["gather"]((self._grid(B * d),), (256,),
-                    (self.w["embed"], self.tokens, self.x, B, d))
+        k["gather"](
+            (self._grid(B * d),), (256,), (self.w["embed"], self.tokens, self.x, B, d)
+        )
         for i in range(cfg.n_layer):
             kc, vc = self.cache[i]
             self._rms(self.x, self.w[f"{i}.norm1"], self.h, B)
             self._gemv(f"{i}.qkv", self.h, self.qkv, 0)
-            k["rope"]((self._grid(B * H * hd),), (256,),
-                      (self.qkv, self.pos, B, 1, 2 * H, hd, 3 * d, math.log2(ROPE_BASE)))
-            k["append"]((self._grid(B * d),), (256,),
-                        (self.qkv, kc, vc, self.pos, B, 1, H, hd, self.L))
-            k["partial"]((self.chunks, H, B), (128,),
-                         (self.qkv, 3 * d, kc, vc, self.pos, self.o_part, self.ml_part,
-                          H, hd, self.L, self.chunk, 1.0 / math.sqrt(hd)))
-            k["combine"]((H, B), (128,),
-                         (self.o_part, self.ml_part, self.att, H, hd, self.chunks))
+            k["rope"](
+                (self._grid(B * H * hd),),
+                (256,),
+                (self.qkv, self.pos, B, 1, 2 * H, hd, 3 * d, math.log2(ROPE_BASE)),
+            )
+            k["append"](
+                (self._grid(B * d),),
+                (256,),
+                (self.qkv, kc, vc, self.pos, B, 1, H, hd, self.L),
+            )
+            k["partial"](
+                (self.chunks, H, B),
+                (128,),
+                (
+                    self.qkv,
+                    3 * d,
+                    kc,
+                    vc,
+                    self.pos,
+                    self.o_part,
+                    self.ml_part,
+                    H,
+                    hd,
+                    self.L,
+                    self.chunk,
+                    1.0 / math.sqrt(hd),
+                ),
+            )
+            k["combine"](
+                (H, B), (128,), (self.o_part, self.ml_part, self.att, H, hd, self.chunks)
+            )
             self._gemv(f"{i}.proj", self.att, self.x, 1)
             self._rms(self.x, self.w[f"{i}.norm2"], self.h, B)
             self._gemv(f"{i}.up", self.h, self.ff, 2)
@@ -460,9 +632,16 @@ class BookGPT:
         self._gemv("head", self.h, self.logits, 0)
         self._sample_and_advance()
 
-    def generate(self, prompt: Any, steps: int, top_k: int = 1, temperature: float = 0.0,
-                 seed: int | None = None) -> np.ndarray:
-        """Prefill, then steps - 1 decode steps: the `steps` new tokens [batch, steps] (host array)."""
+    def generate(
+        self,
+        prompt: Any,
+        steps: int,
+        top_k: int = 1,
+        temperature: float = 0.0,
+        seed: int | None = None,
+    ) -> np.ndarray:
+        """Prefill, then steps - 1 decode steps: the `steps` new tokens [batch, steps]
+        (host array)."""
 
         self.prefill(prompt)
         self.start_sampling(steps, top_k, temperature, seed)
@@ -471,13 +650,19 @@ class BookGPT:
         return self.generated(steps)
 
     def generated(self, steps: int) -> np.ndarray:
-        """The first `steps` sampled tokens of each sequence [batch, steps] (host array)."""
+        """The first `steps` sampled tokens of each sequence [batch, steps] (host
+        array)."""
         import cudl
 
-        return cudl.to_numpy(self.history[:steps * self.batch]).reshape(steps, self.batch).T.copy()
+        return (
+            cudl.to_numpy(self.history[: steps * self.batch])
+            .reshape(steps, self.batch)
+            .T.copy()
+        )
 
     def weight_bytes(self) -> int:
-        """Bytes of weights one decode step reads: fp16 linear layers, fp32 norms, B embedding rows."""
+        """Bytes of weights one decode step reads: fp16 linear layers, fp32 norms, B
+        embedding rows."""
         lin = sum(v.size * 2 for v in self.w16.values())
         norms = sum(v.size * 4 for k, v in self.w.items() if k != "embed")
         return lin + norms + self.batch * self.cfg.d_model * 4
@@ -485,17 +670,26 @@ class BookGPT:
     def cache_bytes(self, length: int) -> int:
         """Bytes of the KV cache one decode step reads at `length` cached tokens."""
         cfg = self.cfg
-        return 2 * cfg.n_layer * self.batch * length * cfg.d_model * self.cache_dtype.itemsize
+        return (
+            2
+            * cfg.n_layer
+            * self.batch
+            * length
+            * cfg.d_model
+            * self.cache_dtype.itemsize
+        )
 
 
 # ---------------------------------------------------------------- timing (GPU only)
+
 
 def capture_decode_graph(model: BookGPT) -> Any:
     """A CUDA graph of one decode step (CuPy stream capture); `graph.launch()` replays it
     on the current stream. It holds the batch size and buffer addresses of `model`."""
     import cupy
 
-    model.decode_step()  # load every module first: nothing may load or allocate in a capture
+    # load every module first: nothing may load or allocate in a capture
+    model.decode_step()
     stream = cupy.cuda.Stream(non_blocking=True)
     with stream:
         stream.begin_capture()
@@ -511,15 +705,34 @@ def step_timing(name: str, per_step_ms: list[float], nbytes: float | None = None
 
     from cudl.bench import Timing
 
-    q = statistics.quantiles(per_step_ms, n=4) if len(per_step_ms) > 1 else per_step_ms * 3
-    return Timing(name, statistics.median(per_step_ms), q[0], q[2], len(per_step_ms), nbytes,
-                  times_ms=per_step_ms)
+    q = (
+        statistics.quantiles(per_step_ms, n=4)
+        if len(per_step_ms) > 1
+        else per_step_ms * 3
+    )
+    return Timing(
+        name,
+        statistics.median(per_step_ms),
+        q[0],
+        q[2],
+        len(per_step_ms),
+        nbytes,
+        times_ms=per_step_ms,
+    )
 
 
-def time_book_decode(model: BookGPT, prompt: Any, steps: int, graph: Any = None, reps: int = 3,
-                     name: str = "book decode", nbytes: float | None = None) -> Any:
-    """A Timing of one decode step (all sequences of the batch): the median over `reps` generations of
-    `steps` greedy tokens after the same prompt; through `graph` (from capture_decode_graph) if given."""
+def time_book_decode(
+    model: BookGPT,
+    prompt: Any,
+    steps: int,
+    graph: Any = None,
+    reps: int = 3,
+    name: str = "book decode",
+    nbytes: float | None = None,
+) -> Any:
+    """A Timing of one decode step (all sequences of the batch): the median over `reps`
+    generations of `steps` greedy tokens after the same prompt; through `graph` (from
+    capture_decode_graph) if given."""
     import cupy
 
     times = []
@@ -539,10 +752,18 @@ def time_book_decode(model: BookGPT, prompt: Any, steps: int, graph: Any = None,
     return step_timing(name, times, nbytes)
 
 
-def time_torch_decode(model: Any, prompt: Any, steps: int, reps: int = 3, cudnn: bool = True,
-                      name: str = "PyTorch eager decode", nbytes: float | None = None) -> Any:
-    """The same for the PyTorch model in eager mode, with its KV cache (greedy). cudnn=False keeps
-    scaled_dot_product_attention off cuDNN's kernel (flash, memory-efficient or math instead)."""
+def time_torch_decode(
+    model: Any,
+    prompt: Any,
+    steps: int,
+    reps: int = 3,
+    cudnn: bool = True,
+    name: str = "PyTorch eager decode",
+    nbytes: float | None = None,
+) -> Any:
+    """The same for the PyTorch model in eager mode, with its KV cache (greedy).
+    cudnn=False keeps scaled_dot_product_attention off cuDNN's kernel (flash,
+    memory-efficient or math instead)."""
     import contextlib
 
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -550,12 +771,22 @@ def time_torch_decode(model: Any, prompt: Any, steps: int, reps: int = 3, cudnn:
     B, P = prompt.shape
     caches = model.new_caches(B, P + steps + 1)
     times = []
-    backends = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
-    with torch.inference_mode(), contextlib.nullcontext() if cudnn else sdpa_kernel(backends):
+    backends = [
+        SDPBackend.FLASH_ATTENTION,
+        SDPBackend.EFFICIENT_ATTENTION,
+        SDPBackend.MATH,
+    ]
+    with (
+        torch.inference_mode(),
+        contextlib.nullcontext() if cudnn else sdpa_kernel(backends),
+    ):
         for _ in range(reps):
             tok = model(prompt, caches, 0)[:, -1].argmax(-1, keepdim=True)
             torch.cuda.synchronize()
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start, end = (
+                torch.cuda.Event(enable_timing=True),
+                torch.cuda.Event(enable_timing=True),
+            )
             start.record()
             for s in range(steps):
                 tok = model(tok, caches, P + s)[:, -1].argmax(-1, keepdim=True)

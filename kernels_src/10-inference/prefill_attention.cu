@@ -1,12 +1,13 @@
 // Causal attention for the prompt (prefill): query t of sequence b sits at position
 // start[b] + t and attends over the cached keys 0 .. start[b] + t (the prompt's keys were
-// appended to the cache first, so the same kernel serves a prompt that continues a cache).
-// A block takes QUERIES consecutive queries of one (sequence, head), one warp each, and
-// walks the keys in tiles of 32: the block stages a tile of K and V in shared memory once
-// and all its warps use it, so each key is read from DRAM seq / QUERIES times instead of
-// seq times. In a tile lane j scores key j (a dot product over the padded K row: no bank
-// conflicts), the warp updates its online softmax (chapter 7) once per tile, and each lane
-// accumulates head_dim / 32 output values, taking the 32 probabilities by shuffles.
+// appended to the cache first, so the same kernel serves a prompt that continues a
+// cache). A block takes QUERIES consecutive queries of one (sequence, head), one warp
+// each, and walks the keys in tiles of 32: the block stages a tile of K and V in shared
+// memory once and all its warps use it, so each key is read from DRAM seq / QUERIES times
+// instead of seq times. In a tile lane j scores key j (a dot product over the padded K
+// row: no bank conflicts), the warp updates its online softmax (chapter 7) once per tile,
+// and each lane accumulates head_dim / 32 output values, taking the 32 probabilities by
+// shuffles.
 // q: fp32, row r = b * seq + t at q + r * q_stride; caches: T (float or __half),
 // [batch, heads, max_len, head_dim]; out: fp32 [batch * seq, heads * head_dim].
 // head_dim <= 128; scores scaled by `scale`.
@@ -30,12 +31,13 @@ __device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
 
 template <typename T>
 __global__ void __launch_bounds__(QUERIES * WARP_SIZE)
-prefill_attention(const float* __restrict__ q, int q_stride, const T* __restrict__ k_cache,
-                  const T* __restrict__ v_cache, const int* __restrict__ start,
-                  float* __restrict__ out, int seq, int heads, int head_dim, int max_len,
-                  float scale) {
+prefill_attention(const float* __restrict__ q, int q_stride,
+                  const T* __restrict__ k_cache, const T* __restrict__ v_cache,
+                  const int* __restrict__ start, float* __restrict__ out, int seq,
+                  int heads, int head_dim, int max_len, float scale) {
     __shared__ float qs[QUERIES][MAX_HEAD_DIM];
-    __shared__ float ks[TILE][MAX_HEAD_DIM + 1];  // +1: lane j reads row j, 32 banks apart
+    // +1: lane j reads row j, 32 banks apart
+    __shared__ float ks[TILE][MAX_HEAD_DIM + 1];
     __shared__ float vs[TILE][MAX_HEAD_DIM];
     const int head = blockIdx.y, b = blockIdx.z;
     const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
@@ -51,12 +53,14 @@ prefill_attention(const float* __restrict__ q, int q_stride, const T* __restrict
             qs[warp][d] = qr[d] * (scale * LOG2E);  // scores in log2 units: exp2f below
         }
     }
-    const long long base = (static_cast<long long>(b) * heads + head) * max_len * head_dim;
+    const long long base =
+        (static_cast<long long>(b) * heads + head) * max_len * head_dim;
     float m = NEG_INF, l = 0.0f, acc[PER_LANE];
 #pragma unroll
     for (int j = 0; j < PER_LANE; ++j) acc[j] = 0.0f;
     for (int tile = 0; tile < n_keys; tile += TILE) {
-        __syncthreads();  // the previous tile is used up (and, the first time, qs written)
+        // the previous tile is used up (and, the first time, qs written)
+        __syncthreads();
         for (int e = threadIdx.x; e < TILE * head_dim; e += blockDim.x) {
             const int kk = e / head_dim, d = e % head_dim, key = tile + kk;
             const long long at = base + static_cast<long long>(key) * head_dim + d;
@@ -64,7 +68,8 @@ prefill_attention(const float* __restrict__ q, int q_stride, const T* __restrict
             vs[kk][d] = key < n_keys ? to_float(v_cache[at]) : 0.0f;
         }
         __syncthreads();
-        if (!valid || tile > qpos) continue;  // warp-uniform; the barriers above are shared
+        // warp-uniform; the barriers above are shared
+        if (!valid || tile > qpos) continue;
         const int key = tile + lane;
         float s = NEG_INF;
         if (key <= qpos && key < n_keys) {

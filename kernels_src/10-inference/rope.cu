@@ -4,8 +4,8 @@
 // pos * base^(-2i / head_dim):
 //   x[i] = x1 cos - x2 sin,   x[i + h] = x2 cos + x1 sin   (the "rotate half" layout).
 // Rows: row r = b * seq + t is token t of sequence b, at position start[b] + t, and holds
-// `heads` heads of head_dim values starting at x + r * row_stride (q and k are adjacent in
-// a [3, heads, head_dim] QKV row, so one launch with 2 * heads rotates both).
+// `heads` heads of head_dim values starting at x + r * row_stride (q and k are adjacent
+// in a [3, heads, head_dim] QKV row, so one launch with 2 * heads rotates both).
 // T = float or __half; the angle and the rotation are computed in fp32.
 // Limit: memory-bound, 2 * 2 * sizeof(T) bytes per pair (read and write two values); the
 // sincosf costs a few dozen instructions per pair and hides under the memory time.

@@ -40,8 +40,9 @@ __device__ __forceinline__ Candidate warp_best(Candidate c) {
 }
 
 extern "C" __global__ void sample_top_k(const float* __restrict__ logits,
-                                        const float* __restrict__ u, int* __restrict__ token,
-                                        int vocab, int k, float temperature) {
+                                        const float* __restrict__ u,
+                                        int* __restrict__ token, int vocab, int k,
+                                        float temperature) {
     __shared__ Candidate warp_win[32], top[MAX_K];
     const float* z = logits + static_cast<long long>(blockIdx.x) * vocab;
     const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
@@ -68,7 +69,8 @@ extern "C" __global__ void sample_top_k(const float* __restrict__ logits,
         int pick = top[0].i;
         if (k > 1) {
             float total = 0.0f;
-            for (int r = 0; r < k; ++r) total += expf((top[r].v - top[0].v) / temperature);
+            for (int r = 0; r < k; ++r)
+                total += expf((top[r].v - top[0].v) / temperature);
             const float target = u[blockIdx.x] * total;
             float run = 0.0f;
             pick = top[k - 1].i;  // u x total rounds to total or above: the last one
@@ -84,10 +86,11 @@ extern "C" __global__ void sample_top_k(const float* __restrict__ logits,
     }
 }
 
-extern "C" __global__ void advance(const int* __restrict__ token, int* __restrict__ history,
-                                   const float* __restrict__ u_all, float* __restrict__ u_now,
-                                   int* __restrict__ pos, int* __restrict__ step, int batch,
-                                   int steps) {
+extern "C" __global__ void advance(const int* __restrict__ token,
+                                   int* __restrict__ history,
+                                   const float* __restrict__ u_all,
+                                   float* __restrict__ u_now, int* __restrict__ pos,
+                                   int* __restrict__ step, int batch, int steps) {
     const int b = threadIdx.x;
     const int s = step[0];
     if (b < batch) {
