@@ -62,8 +62,21 @@ def _blocks(n: int) -> tuple[int]:
     return ((n + THREADS - 1) // THREADS,)
 
 
+SPLIT_K_BLOCKS = 264  # split K until about 2 blocks per SM of an H100 (132 SMs)
+
+
+def split_k(m: int, n: int, k: int) -> int:
+    """Slices of K for matmul_tn: enough blocks to fill the GPU, at least 128 rows of K each."""
+    tiles = ((m + TILE - 1) // TILE) * ((n + TILE - 1) // TILE)
+    return max(1, min(k // 128, SPLIT_K_BLOCKS // tiles))
+
+
 def gemm(a: Any, b: Any, c: Any, transpose: str = "nn") -> None:
-    """c = a b ("nn"), a^T b ("tn") or a b^T ("nt") for row-major 2-D arrays."""
+    """c = a b ("nn"), a^T b ("tn") or a b^T ("nt") for row-major 2-D arrays.
+
+    "tn" may split K over blocks that add into c with atomics: c must be zero before ("tn" is
+    only used for weight gradients, which train_step zeroes).
+    """
     k = kernels()
     if transpose == "nn":
         (m, kk), n = a.shape, b.shape[1]
@@ -74,7 +87,9 @@ def gemm(a: Any, b: Any, c: Any, transpose: str = "nn") -> None:
     else:
         (m, kk), n = a.shape, b.shape[0]
     kernel = k.matmul_tn if transpose == "tn" else k.matmul_nt
-    kernel(((n + TILE - 1) // TILE, (m + TILE - 1) // TILE), (TILE, TILE), (m, n, kk, a, b, c))
+    splits = split_k(m, n, kk) if transpose == "tn" else 1
+    kernel(((n + TILE - 1) // TILE, (m + TILE - 1) // TILE, splits), (TILE, TILE),
+           (m, n, kk, a, b, c))
 
 
 # --------------------------------------------------------------------------------- layers

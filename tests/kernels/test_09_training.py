@@ -266,3 +266,16 @@ def test_im2col_col2im_nhwc(n, h, w, c, rs, stride, pad):
     lhs = (ref * d).sum()
     rhs = (x.astype(np.float64) * cudl.to_numpy(dx)).sum()
     assert abs(lhs - rhs) <= 1e-5 * (np.abs(ref * d).sum() + 1)
+
+
+@pytest.mark.parametrize("splits", [2, 5, 64])
+@pytest.mark.parametrize("mnk", [(9, 16, 1000), (20, 3, 77)], ids=str)
+def test_matmul_tn_split_k(mnk, splits):
+    """gridDim.z slices of K add into a zeroed C (more slices than 16-row tiles of K included)."""
+    m, n, k = mnk
+    rng = np.random.default_rng()
+    a, b = rng.standard_normal((k, m)).astype(np.float32), rng.standard_normal((k, n)).astype(np.float32)
+    c = cudl.xp.zeros((m, n), np.float32)
+    cudl.load("09-training/matmul_transposed.cu", "matmul_tn")(
+        ((n + 15) // 16, (m + 15) // 16, splits), (16, 16), (m, n, k, cudl.xp.asarray(a), cudl.xp.asarray(b), c))
+    cudl.check(c, a.T.astype(np.float64) @ b, name=f"matmul_tn, {splits} slices")
