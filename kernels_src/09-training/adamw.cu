@@ -9,13 +9,17 @@
 // launches once per decay group (two offsets into the same buffers).
 // Limit: memory-bound: read p, g, m, v and write p, m, v: 28 bytes per parameter, a
 // handful of flops each; target the copy bandwidth.
+// adamw_step_capturable reads the step number from device memory (what PyTorch's
+// capturable=True does), so the launch can be captured once in a CUDA graph and replayed
+// at every step: the data loader's next_batch kernel advances the counter.
 // Launch: block (256), grid-stride: grid (min(ceil(n / 256), 32 x SM count)).
 
-extern "C" __global__ void adamw_step(float* __restrict__ p,
-                                      const float* __restrict__ g,
-                                      float* __restrict__ m, float* __restrict__ v,
-                                      long long n, float lr, float beta1, float beta2,
-                                      float eps, float weight_decay, int step) {
+__device__ __forceinline__ void adamw_update(float* __restrict__ p,
+                                             const float* __restrict__ g,
+                                             float* __restrict__ m, float* __restrict__ v,
+                                             long long n, float lr, float beta1,
+                                             float beta2, float eps, float weight_decay,
+                                             int step) {
     // The bias corrections are the same for every element: each thread computes them
     // once.
     const float bc1 = 1.0f - powf(beta1, static_cast<float>(step));
@@ -33,4 +37,21 @@ extern "C" __global__ void adamw_step(float* __restrict__ p,
         // sqrt(v_hat) + eps as sqrt(v) / sqrt(1 - beta2^step) + eps, as PyTorch does
         p[i] = p[i] * decay - step_size * mi / (sqrtf(vi) / bc2_sqrt + eps);
     }
+}
+
+extern "C" __global__ void adamw_step(float* __restrict__ p, const float* __restrict__ g,
+                                      float* __restrict__ m, float* __restrict__ v,
+                                      long long n, float lr, float beta1, float beta2,
+                                      float eps, float weight_decay, int step) {
+    adamw_update(p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, step);
+}
+
+extern "C" __global__ void adamw_step_capturable(float* __restrict__ p,
+                                                 const float* __restrict__ g,
+                                                 float* __restrict__ m,
+                                                 float* __restrict__ v, long long n,
+                                                 float lr, float beta1, float beta2,
+                                                 float eps, float weight_decay,
+                                                 const int* __restrict__ step) {
+    adamw_update(p, g, m, v, n, lr, beta1, beta2, eps, weight_decay, *step);
 }

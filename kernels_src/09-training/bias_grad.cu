@@ -1,5 +1,8 @@
-// The gradient of a bias added to every row of a rows x cols row-major matrix
-// Y = X W + b: db[c] = sum over r of dY[r, c], a column sum. For a layer with an
+// A bias added to every row of a rows x cols row-major matrix, Y = X W + b, forward and
+// backward. bias_add: y[r, c] = x[r, c] + b[c] (in place when y == x; a layer with an
+// activation uses 03-elementwise/bias_gelu.cu instead). Grid-stride, block (256),
+// grid (min(ceil(rows cols / 256), 32 x SM count)); memory-bound, 8 bytes per element.
+// bias_grad: db[c] = sum over r of dY[r, c], a column sum. For a layer with an
 // activation, 08-profiling/bias_gelu_backward.cu fuses this sum into the activation's
 // backward; this kernel is for the layers without one (the logits layer) and for any
 // other activation.
@@ -29,4 +32,12 @@ extern "C" __global__ void bias_grad(const float* __restrict__ dy, float* __rest
         for (int k = 0; k < ROW_LANES; ++k) sum += partial[k][threadIdx.x];
         db[c] = sum;
     }
+}
+
+extern "C" __global__ void bias_add(const float* x, const float* __restrict__ b, float* y,
+                                    int rows, int cols) {
+    const long long n = static_cast<long long>(rows) * cols;
+    const long long stride = static_cast<long long>(gridDim.x) * blockDim.x;
+    const long long first = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
+    for (long long i = first; i < n; i += stride) y[i] = x[i] + b[i % cols];
 }

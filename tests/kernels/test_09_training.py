@@ -186,3 +186,96 @@ def test_gather_rows_and_labels(dataset, batch, cols, grid):
                                                                               out_labels, batch))
     assert np.array_equal(cudl.to_numpy(out), data[index])
     assert np.array_equal(cudl.to_numpy(out_labels), labels[index])
+
+
+# --------------------------------------------------------------------------------- later additions
+def test_next_batch_wraps_and_counts():
+    """The cursor copies batch (step % steps) of `order` and adds one to the counter, every call."""
+    xp, batch, steps = cudl.xp, 37, 3
+    order = np.random.default_rng().permutation(batch * steps).astype(np.int32)
+    index, step = cudl.poisoned(batch, np.int32), xp.asarray(np.array([0], np.int32))
+    k = cudl.load("09-training/gather_rows.cu", "next_batch")
+    for s in range(7):
+        k((1,), (256,), (xp.asarray(order), index, step, batch, steps))
+        want = order[(s % steps) * batch:(s % steps + 1) * batch]
+        assert np.array_equal(cudl.to_numpy(index), want), f"call {s}"
+        assert int(cudl.to_numpy(step)[0]) == s + 1
+
+
+def test_adamw_capturable_matches_adamw_step():
+    """The device-counter version gives the same bits as the scalar one at the same step."""
+    n, xp = 1500, cudl.xp
+    rng = np.random.default_rng()
+    p, g, m, v = (rng.standard_normal(n).astype(np.float32) for _ in range(4))
+    v = np.abs(v)
+    a = [xp.asarray(t.copy()) for t in (p, g, m, v)]
+    b = [xp.asarray(t.copy()) for t in (p, g, m, v)]
+    h = HYPER[0]
+    hyper = (h["lr"], h["beta1"], h["beta2"], h["eps"], h["weight_decay"])
+    cudl.load("09-training/adamw.cu", "adamw_step")((4,), (256,), (*a, n, *hyper, 7))
+    cudl.load("09-training/adamw.cu", "adamw_step_capturable")(
+        (4,), (256,), (*b, n, *hyper, xp.asarray(np.array([7], np.int32))))
+    for x, y in zip(a, b):
+        assert np.array_equal(cudl.to_numpy(x), cudl.to_numpy(y))
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (70, 33), (256, 10)], ids=lambda s: f"{s[0]}x{s[1]}")
+def test_bias_add(shape):
+    rows, cols = shape
+    rng = np.random.default_rng()
+    x, b = rng.standard_normal(shape).astype(np.float32), rng.standard_normal(cols).astype(np.float32)
+    y = cudl.poisoned(shape)
+    cudl.load("09-training/bias_grad.cu", "bias_add")((3,), (256,), (cudl.xp.asarray(x), cudl.xp.asarray(b),
+                                                                     y, rows, cols))
+    assert compare(y, x.astype(np.float64) + b, rtol=1e-6).ok
+
+
+@pytest.mark.parametrize("kind", ["tn", "nt"])
+@pytest.mark.parametrize("mnk", [(1, 1, 1), (17, 33, 5), (64, 10, 128), (100, 37, 300)], ids=str)
+def test_matmul_transposed(kind, mnk):
+    m, n, k = mnk
+    rng = np.random.default_rng()
+    a = rng.standard_normal((k, m) if kind == "tn" else (m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n) if kind == "tn" else (n, k)).astype(np.float32)
+    ref = (a.T.astype(np.float64) @ b) if kind == "tn" else (a.astype(np.float64) @ b.T)
+    c = cudl.poisoned((m, n))
+    cudl.load("09-training/matmul_transposed.cu", f"matmul_{kind}")(
+        ((n + 15) // 16, (m + 15) // 16), (16, 16), (m, n, k, cudl.xp.asarray(a), cudl.xp.asarray(b), c))
+    cudl.check(c, ref, name=f"matmul_{kind}")
+
+
+@pytest.mark.parametrize("n, h, w, c, rs, stride, pad", [(2, 8, 8, 1, 3, 1, 1), (3, 8, 8, 5, 3, 2, 1),
+                                                           (1, 5, 7, 2, 2, 1, 0), (2, 6, 6, 3, 3, 3, 2)])
+def test_im2col_col2im_nhwc(n, h, w, c, rs, stride, pad):
+    """im2col against NumPy slicing; col2im is its adjoint: <im2col(x), d> == <x, col2im(d)>."""
+    p, q = (h + 2 * pad - rs) // stride + 1, (w + 2 * pad - rs) // stride + 1
+    rng = np.random.default_rng()
+    x = rng.standard_normal((n, h, w, c)).astype(np.float32)
+    xi = np.pad(x, ((0, 0), (pad, pad), (pad, pad), (0, 0))).astype(np.float64)
+    ref = np.stack([xi[:, r:r + stride * p:stride, s:s + stride * q:stride, :]
+                    for r in range(rs) for s in range(rs)], axis=3).reshape(n * p * q, rs * rs * c)
+    xp, args = cudl.xp, (n, h, w, c, rs, rs, p, q, stride, pad)
+    col = cudl.poisoned(ref.shape)
+    cudl.load("09-training/conv_nhwc.cu", "im2col_nhwc")(((col.size + 255) // 256,), (256,),
+                                                         (*args, xp.asarray(x), col))
+    assert np.array_equal(cudl.to_numpy(col), ref.astype(np.float32))
+    d = rng.standard_normal(ref.shape).astype(np.float32)
+    dx = cudl.poisoned(x.shape)
+    cudl.load("09-training/conv_nhwc.cu", "col2im_nhwc")(((x.size + 255) // 256,), (256,),
+                                                         (*args, xp.asarray(d), dx))
+    lhs = (ref * d).sum()
+    rhs = (x.astype(np.float64) * cudl.to_numpy(dx)).sum()
+    assert abs(lhs - rhs) <= 1e-5 * (np.abs(ref * d).sum() + 1)
+
+
+@pytest.mark.parametrize("splits", [2, 5, 64])
+@pytest.mark.parametrize("mnk", [(9, 16, 1000), (20, 3, 77)], ids=str)
+def test_matmul_tn_split_k(mnk, splits):
+    """gridDim.z slices of K add into a zeroed C (more slices than 16-row tiles of K included)."""
+    m, n, k = mnk
+    rng = np.random.default_rng()
+    a, b = rng.standard_normal((k, m)).astype(np.float32), rng.standard_normal((k, n)).astype(np.float32)
+    c = cudl.xp.zeros((m, n), np.float32)
+    cudl.load("09-training/matmul_transposed.cu", "matmul_tn")(
+        ((n + 15) // 16, (m + 15) // 16, splits), (16, 16), (m, n, k, cudl.xp.asarray(a), cudl.xp.asarray(b), c))
+    cudl.check(c, a.T.astype(np.float64) @ b, name=f"matmul_tn, {splits} slices")
