@@ -184,6 +184,7 @@ def exercise_from_solution(sol: Any) -> Any:
         if cell.cell_type == "code":
             cell.outputs = []
             cell.execution_count = None
+            cell.metadata.pop("execution", None)  # the solution's run times: not the student's
             name = graded_name(cell)
             if name:
                 cells.append(_new_markdown(_expected_cell(name), cell))
