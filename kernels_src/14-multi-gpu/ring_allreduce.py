@@ -113,6 +113,36 @@ def torch_reduce(acc: torch.Tensor, recv: torch.Tensor) -> None:
     acc.add_(recv)
 
 
+class _StreamHandle:
+    """A raw cudaStream_t behind the CUDA stream protocol (`__cuda_stream__` -> (0, pointer))."""
+
+    def __init__(self, ptr: int) -> None:
+        self.ptr = ptr
+
+    def __cuda_stream__(self) -> tuple[int, int]:
+        return 0, self.ptr
+
+
+_CUPY_STREAMS: dict[tuple[int, int], object] = {}
+
+
+def cupy_stream(cupy, ptr: int, device_index: int):
+    """torch's stream `ptr` of GPU `device_index` as a CuPy stream, so our kernel runs in order with NCCL.
+
+    CuPy 14 wraps foreign streams with Stream.from_external (ExternalStream is deprecated there); CuPy 13
+    has only ExternalStream. One wrapper per stream, kept for the life of the process: the object
+    from_external returns is a cupy.cuda.Stream, and a Stream's finaliser may destroy its handle.
+    """
+    key = (ptr, device_index)
+    if key not in _CUPY_STREAMS:
+        with cupy.cuda.Device(device_index):  # from_external takes the device from the current one
+            if hasattr(cupy.cuda.Stream, "from_external"):
+                _CUPY_STREAMS[key] = cupy.cuda.Stream.from_external(_StreamHandle(ptr))
+            else:
+                _CUPY_STREAMS[key] = cupy.cuda.ExternalStream(ptr, device_index)
+    return _CUPY_STREAMS[key]
+
+
 def kernel_reduce(device: torch.device) -> Reduce:
     """ring_reduce.cu through cudl: CuPy on a GPU (on torch's current stream), the emulator on the CPU."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root, for cudl
@@ -135,7 +165,7 @@ def kernel_reduce(device: torch.device) -> Reduce:
         return cupy.ndarray((t.numel(),), cupy.float32, cupy.cuda.MemoryPointer(mem, 0))
 
     def reduce(acc: torch.Tensor, recv: torch.Tensor) -> None:
-        stream = cupy.cuda.ExternalStream(torch.cuda.current_stream().cuda_stream, device.index)
+        stream = cupy_stream(cupy, torch.cuda.current_stream(device).cuda_stream, device.index)
         with cupy.cuda.Device(device.index), stream:
             k((grid,), (256,), (view(acc), view(recv), acc.numel()))
 

@@ -139,3 +139,114 @@ def test_overlap_from_trace(tmp_path):
     # compute covers [0, 12]: the first NCCL kernel [5, 15] overlaps 7 us, the second none
     assert got["nccl_kernels"] == 2 and got["nccl_us"] == 20 and got["overlapped_us"] == 7
     assert got["overlap"] == pytest.approx(0.35)
+
+
+def _solution_notebook(tmp_path: Path) -> tuple[Path, Path]:
+    """kernels_src/14-multi-gpu/solutions.md (waiting outside solutions/ for its GPU run) as an .ipynb, and
+    the exercise notebook `make sync` will generate from it."""
+    import jupytext
+    import nbformat
+
+    from cudl import nbtools
+
+    sol = jupytext.read(HERE / "solutions.md")
+    sol.metadata.setdefault("cudl", {})["slug"] = "14-multi-gpu"
+    sol_path, ex_path = tmp_path / "solution.ipynb", tmp_path / "exercise.ipynb"
+    nbformat.write(sol, sol_path)
+    nbformat.write(nbtools.exercise_from_solution(sol), ex_path)
+    return sol_path, ex_path
+
+
+def test_exercises_solutions_pass_and_stubs_fail(tmp_path):
+    """Until chapter 14 lands, tests/test_graders.py cannot find its solutions in solutions/: the graded
+    cells of kernels_src/14-multi-gpu/solutions.md must PASS, the generated exercise's stubs must not."""
+    from cudl.grade import REGISTRY, run
+    from cudl.grade.extract import graded_sources
+
+    sol_path, ex_path = _solution_notebook(tmp_path)
+    sols, stubs = graded_sources(sol_path), graded_sources(ex_path)
+    assert [c.grader for c in sols] == ["ring_reduce_step", "ring_reduce_scatter_step"]
+    assert [c.grader for c in stubs] == [c.grader for c in sols]
+    for sol, stub in zip(sols, stubs):
+        n = len(REGISTRY[sol.grader].cases)
+        assert run(sol.grader, sol.source, quiet=True).line == f"PASS {sol.grader}: {n}/{n} cases"
+        assert "BEGIN SOLUTION" not in stub.source and "TODO" in stub.source
+        verdict = run(stub.grader, stub.source, quiet=True)
+        assert verdict.status in ("FAIL", "CRASH", "TIMEOUT"), verdict.line
+    chal = REGISTRY["ring_reduce_scatter_step"]
+    assert chal.speed and chal.speed["case"] in chal.cases
+
+
+def test_exercise_hints_give_no_solution_line(tmp_path):
+    """The first hint of each grader holds no code line of the solution (tests/test_exercises.py's rule)."""
+    import re
+
+    from cudl import nbtools
+    from cudl.grade import REGISTRY
+    from cudl.grade.extract import graded_sources
+
+    for cell in graded_sources(_solution_notebook(tmp_path)[0]):
+        g = REGISTRY[cell.grader]
+        assert len(g.hints) >= 3 and len(set(g.hints)) == len(g.hints)
+        first, inside = re.sub(r"\s+", "", g.hints[0]), False
+        for line in cell.source.splitlines():
+            if nbtools._BEGIN.match(line):
+                inside = True
+            elif nbtools._END.match(line):
+                inside = False
+            elif inside:
+                code = re.sub(r"\s+", "", line.split("//")[0]).strip("{};")
+                assert len(code) < 12 or code not in first, (cell.grader, code)
+
+
+def test_cupy_stream_of_torch_stream(monkeypatch):
+    """ring_allreduce.cupy_stream: Stream.from_external (CuPy 14) where it exists, else ExternalStream
+    (CuPy 13), made on the right device, and one wrapper per stream (never re-made, never finalised early).
+    Runs without PyTorch and CuPy: stand-ins for both."""
+    import contextlib
+    import importlib.util
+    import types
+
+    try:
+        import torch  # noqa: F401
+    except ImportError:  # what ring_allreduce.py and dist_utils.py touch at import time
+        fake = types.ModuleType("torch")
+        fake.Tensor, fake.distributed = object, types.ModuleType("torch.distributed")
+        monkeypatch.setitem(sys.modules, "torch", fake)
+        monkeypatch.setitem(sys.modules, "torch.distributed", fake.distributed)
+    monkeypatch.syspath_prepend(str(HERE))
+    spec = importlib.util.spec_from_file_location("ring_allreduce_under_test", HERE / "ring_allreduce.py")
+    ra = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ra)
+    monkeypatch.delitem(sys.modules, "dist_utils", raising=False)
+
+    made, devices = [], []
+
+    @contextlib.contextmanager
+    def device(i):
+        devices.append(i)
+        yield
+
+    class Stream14:
+        @classmethod
+        def from_external(cls, obj):
+            made.append(("from_external", obj.__cuda_stream__(), devices[-1]))
+            return object()
+
+    class Stream13:
+        pass
+
+    def external(ptr, dev):
+        made.append(("ExternalStream", ptr, dev))
+        return object()
+
+    ra._CUPY_STREAMS.clear()
+    cupy14 = types.SimpleNamespace(cuda=types.SimpleNamespace(Stream=Stream14, Device=device))
+    s = ra.cupy_stream(cupy14, 1234, 3)
+    assert ra.cupy_stream(cupy14, 1234, 3) is s
+    assert made == [("from_external", (0, 1234), 3)]
+    ra._CUPY_STREAMS.clear()
+    cupy13 = types.SimpleNamespace(cuda=types.SimpleNamespace(Stream=Stream13, Device=device,
+                                                              ExternalStream=external))
+    ra.cupy_stream(cupy13, 99, 1)
+    assert made[-1] == ("ExternalStream", 99, 1)
