@@ -67,8 +67,13 @@ class Comparison:
         return f"{self.n_bad} of {self.size} elements wrong{where}{self.note}"
 
 
-def compare(out: Any, ref: Any, *, rtol: float | None = None, dtype: str | None = None) -> Comparison:
-    """Elementwise |out-ref| <= rtol*(|ref| + rms(ref)), no NaN/Inf where ref is finite, and the norm error."""
+def compare(out: Any, ref: Any, *, rtol: float | None = None, dtype: str | None = None,
+            scale: Any = None) -> Comparison:
+    """Elementwise |out-ref| <= rtol*(|ref| + scale), no NaN/Inf where ref is finite, and the norm error.
+
+    `scale` defaults to rms(ref). A result that is a small difference of large terms (a sum of mixed signs,
+    a loss m + log s - x_t) passes the size of those terms instead (e.g. sum |x|): its rounding error is
+    relative to them, not to the result, which may be near zero."""
     got = to_numpy(out)
     exp = np.asarray(to_numpy(ref))
     if got.shape != exp.shape:
@@ -88,7 +93,10 @@ def compare(out: Any, ref: Any, *, rtol: float | None = None, dtype: str | None 
         tol = rtol if rtol is not None else RTOL.get(name, 1e-5)
         g = got.astype(np.float64)
         e = exp.astype(np.float64)
-        scale = float(np.sqrt(np.mean(e[np.isfinite(e)] ** 2))) if e.size else 0.0
+        if scale is None:
+            scale = float(np.sqrt(np.mean(e[np.isfinite(e)] ** 2))) if e.size else 0.0
+        else:
+            scale = np.broadcast_to(np.abs(np.asarray(to_numpy(scale), dtype=np.float64)), e.shape)
         diff = np.abs(g - e)
         with np.errstate(invalid="ignore"):
             bad = ~(diff <= tol * (np.abs(e) + scale))  # NaN compares False, so NaN is always bad

@@ -308,3 +308,24 @@ def test_bootstrap_cell_is_folded_on_the_site():
     assert nbtools.set_bootstrap(nb, "https://example.org/book")
     assert nb.cells[0].metadata["tags"] == ["hide-input"]
     assert not nbtools.set_bootstrap(nb, "https://example.org/book")  # idempotent
+
+
+def test_compare_scales_a_cancelling_sum_by_its_terms():
+    """A float32 sum near 0 is off by rounding relative to sum|x|: with scale=sum|x| a correct sum passes
+    (it fails with the default scale, the result itself), and a sum that lost one element still fails."""
+    import numpy as np
+
+    from cudl.check import compare
+
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal(256).astype(np.float32)
+    x[-1] = np.float32(-x[:-1].astype(np.float64).sum() + 1e-3)  # the exact sum is about 1e-3
+    exact = x.astype(np.float64).sum()
+    got = np.float32(0)
+    for v in x:  # sequential float32 sum: error ~ n u sum|x|, far above 1e-5 of the sum itself
+        got = np.float32(got + v)
+    terms = np.abs(x.astype(np.float64)).sum()
+    assert not compare(np.array([got]), np.array([exact])).ok
+    assert compare(np.array([got]), np.array([exact]), scale=[terms]).ok
+    lost = np.float32(got - x[100])
+    assert not compare(np.array([lost]), np.array([exact]), scale=[terms]).ok

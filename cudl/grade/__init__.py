@@ -30,8 +30,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-# (outputs, references) pairs a case returns; each pair is compared with cudl.check.compare.
-Pairs = Sequence[tuple[Any, Any]]
+# (outputs, references) pairs a case returns, or (outputs, references, scale) triples; each is compared
+# with cudl.check.compare (scale: the size of the terms a result is a small difference of).
+Pairs = Sequence[tuple[Any, ...]]
 
 
 class Refuse(Exception):

@@ -69,8 +69,8 @@ def grade(name: str, source: str, send: Send, speed: bool = False) -> None:
         try:
             pairs = g.run(loader(source, kernels), dict(case))
             cudl.sync()
-            for out, ref in pairs:
-                c = compare(out, ref, rtol=g.rtol)
+            for out, ref, *scale in pairs:  # (out, ref) or (out, ref, scale): see cudl.check.compare
+                c = compare(out, ref, rtol=g.rtol, scale=scale[0] if scale else None)
                 if not c.ok:
                     send("fail", (i, str(c)))
                     return
