@@ -329,3 +329,25 @@ def test_compare_scales_a_cancelling_sum_by_its_terms():
     assert compare(np.array([got]), np.array([exact]), scale=[terms]).ok
     lost = np.float32(got - x[100])
     assert not compare(np.array([lost]), np.array([exact]), scale=[terms]).ok
+
+
+def test_l2_flush_modes():
+    """CUDL_L2_FLUSH takes "write" (default) or "read"; the read flush's kernel compiles for the T4 up."""
+    import os
+
+    from cudl.bench import _READ_FLUSH_SRC, flush_mode
+    from cudl.compile import nvrtc_compile
+
+    old = os.environ.pop("CUDL_L2_FLUSH", None)
+    try:
+        assert flush_mode() == "write"
+        os.environ["CUDL_L2_FLUSH"] = "read"
+        assert flush_mode() == "read"
+        os.environ["CUDL_L2_FLUSH"] = "clean"
+        with pytest.raises(ValueError, match="CUDL_L2_FLUSH"):
+            flush_mode()
+    finally:
+        os.environ.pop("CUDL_L2_FLUSH", None)
+        if old is not None:
+            os.environ["CUDL_L2_FLUSH"] = old
+    nvrtc_compile(_READ_FLUSH_SRC, "read_flush.cu", "sm_75")  # raises CompileError on an error
