@@ -1,26 +1,31 @@
-// conv2d_5_depthwise: a depthwise 3 x 3 convolution (groups = C, as in MobileNet) in NCHW: output channel
-// c reads only input channel c, with its own 3 x 3 filter (w is C x 1 x 3 x 3). There are only 9 FMAs
-// per output, 2.25 FLOP per byte of minimum traffic: far left of the ridge point, so the kernel is a
-// copy with a stencil in it. Each thread computes a ROWS x OUTS patch of outputs: it loads each input row
-// the patch needs into registers once ((OUTS - 1) stride + 3 values) and adds it to every output row
-// that uses it, so a value is loaded about (ROWS - 1) stride + 3 / ROWS times per thread instead of 9.
-// ROWS = 1 is the plain version (each input row is loaded by the 3 threads whose outputs need it).
-// Limit: memory bandwidth: read x once and write y once; target >= 60% of the copy bandwidth.
-// Launch: block (256), grid (ceil(N C ceil(P / ROWS) ceil(Q / OUTS) / 256)). Any pad; strides other
-// than 1 and 2 take a slower generic path (9 loads per output).
+// conv2d_5_depthwise: a depthwise 3 x 3 convolution (groups = C, as in MobileNet) in
+// NCHW: output channel c reads only input channel c, with its own 3 x 3 filter (w is
+// C x 1 x 3 x 3). There are only 9 FMAs per output, 2.25 FLOP per byte of minimum
+// traffic: far left of the ridge point, so the kernel is a copy with a stencil in it.
+// Each thread computes a ROWS x OUTS patch of outputs: it loads each input row the patch
+// needs into registers once ((OUTS - 1) stride + 3 values) and adds it to every output
+// row that uses it, so a value is loaded about (ROWS - 1) stride + 3 / ROWS times per
+// thread instead of 9. ROWS = 1 is the plain version (each input row is loaded by the 3
+// threads whose outputs need it).
+// Limit: memory bandwidth: read x once and write y once; target >= 60% of the copy
+// bandwidth.
+// Launch: block (256), grid (ceil(N C ceil(P / ROWS) ceil(Q / OUTS) / 256)). Any pad;
+// strides other than 1 and 2 take a slower generic path (9 loads per output).
 
 #ifndef OUTS
-#define OUTS 4  // consecutive outputs of a row per thread: float4 stores when Q % 4 == 0
+// consecutive outputs of a row per thread: float4 stores when Q % 4 == 0
+#define OUTS 4
 #endif
 #ifndef ROWS
 #define ROWS 4  // output rows per thread
 #endif
 
-// The ROWS x OUTS outputs starting at (p0, q0); every index into v and out is a compile-time constant,
-// so both arrays live in registers.
+// The ROWS x OUTS outputs starting at (p0, q0); every index into v and out is a
+// compile-time constant, so both arrays live in registers.
 template <int STRIDE>
-__device__ __forceinline__ void depthwise_patch(const float* __restrict__ xc, const float* wr, int H,
-                                                int W, int p0, int q0, int pad,
+__device__ __forceinline__ void depthwise_patch(const float* __restrict__ xc,
+                                                const float* wr, int H, int W, int p0,
+                                                int q0, int pad,
                                                 float (&out)[ROWS][OUTS]) {
     constexpr int SPAN = (OUTS - 1) * STRIDE + 3;    // input columns the patch touches
     constexpr int IN_ROWS = (ROWS - 1) * STRIDE + 3; // input rows the patch touches
@@ -41,26 +46,32 @@ __device__ __forceinline__ void depthwise_patch(const float* __restrict__ xc, co
         }
 #pragma unroll
         for (int j = 0; j < ROWS; ++j) {
-            const int r = i - j * STRIDE;  // which filter row input row i is for output row j
+            // which filter row input row i is for output row j
+            const int r = i - j * STRIDE;
             if (r < 0 || r > 2) continue;  // resolved at compile time
 #pragma unroll
             for (int o = 0; o < OUTS; ++o)
 #pragma unroll
-                for (int s = 0; s < 3; ++s) out[j][o] += v[o * STRIDE + s] * wr[r * 3 + s];
+                for (int s = 0; s < 3; ++s)
+                    out[j][o] += v[o * STRIDE + s] * wr[r * 3 + s];
         }
     }
 }
 
-extern "C" __global__ void conv2d_5_depthwise(int N, int C, int H, int W, int P, int Q, int stride,
-                                              int pad, const float* __restrict__ x,
-                                              const float* __restrict__ w, float* __restrict__ y) {
+extern "C" __global__ void conv2d_5_depthwise(int N, int C, int H, int W, int P, int Q,
+                                              int stride, int pad,
+                                              const float* __restrict__ x,
+                                              const float* __restrict__ w,
+                                              float* __restrict__ y) {
     const int groupsQ = (Q + OUTS - 1) / OUTS, groupsP = (P + ROWS - 1) / ROWS;
-    const int i = blockIdx.x * blockDim.x + threadIdx.x;  // consecutive threads: along a row
+    // consecutive threads: along a row
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= N * C * groupsP * groupsQ) return;
     const int q0 = (i % groupsQ) * OUTS, p0 = ((i / groupsQ) % groupsP) * ROWS;
     const int nc = i / (groupsQ * groupsP), c = nc % C;
     const float* xc = x + (long long)nc * H * W;
-    float wr[9];  // the channel's filter; the threads of a warp mostly share it (broadcast loads)
+    // the channel's filter; the threads of a warp mostly share it (broadcast loads)
+    float wr[9];
 #pragma unroll
     for (int t = 0; t < 9; ++t) wr[t] = __ldg(w + c * 9 + t);
     float out[ROWS][OUTS];
@@ -76,8 +87,10 @@ extern "C" __global__ void conv2d_5_depthwise(int N, int C, int H, int W, int P,
                 float acc = 0.0f;
                 for (int r = 0; r < 3; ++r)
                     for (int s = 0; s < 3; ++s) {
-                        const int h = (p0 + j) * stride - pad + r, ww = (q0 + o) * stride - pad + s;
-                        if (h >= 0 && h < H && ww >= 0 && ww < W) acc += xc[h * W + ww] * wr[r * 3 + s];
+                        const int h = (p0 + j) * stride - pad + r;
+                        const int ww = (q0 + o) * stride - pad + s;
+                        if (h >= 0 && h < H && ww >= 0 && ww < W)
+                            acc += xc[h * W + ww] * wr[r * 3 + s];
                     }
                 out[j][o] = acc;
             }
@@ -86,12 +99,13 @@ extern "C" __global__ void conv2d_5_depthwise(int N, int C, int H, int W, int P,
     for (int j = 0; j < ROWS; ++j) {
         if (p0 + j >= P) break;
         float* yr = y + ((long long)nc * P + p0 + j) * Q;
-        if (OUTS % 4 == 0 && (Q & 3) == 0) {  // q0 + o < Q implies q0 + o + 3 < Q; 16-byte aligned
+        // float4 stores: q0 + o < Q implies q0 + o + 3 < Q; 16-byte aligned
+        if (OUTS % 4 == 0 && (Q & 3) == 0) {
 #pragma unroll
             for (int o = 0; o < OUTS; o += 4)
                 if (q0 + o < Q)
-                    *reinterpret_cast<float4*>(yr + q0 + o) =
-                        make_float4(out[j][o], out[j][o + 1], out[j][o + 2], out[j][o + 3]);
+                    *reinterpret_cast<float4*>(yr + q0 + o) = make_float4(
+                        out[j][o], out[j][o + 1], out[j][o + 2], out[j][o + 3]);
         } else {
 #pragma unroll
             for (int o = 0; o < OUTS; ++o)

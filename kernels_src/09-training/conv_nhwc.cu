@@ -1,8 +1,8 @@
 // A convolution as a linear layer on image patches, for activations stored NHWC
 // (n, h, w, c), the layout a GEMM's output rows (n, p, q) x columns (k) already have.
 // im2col_nhwc copies the patches into rows: col[(n, p, q), (r, s, c)] =
-// x[n, p stride - pad + r, q stride - pad + s, c], 0 in the padding, so the convolution is
-// Y = col W with W stored (R S C) x K, run by chapter 5's GEMM, and Y is NHWC again.
+// x[n, p stride - pad + r, q stride - pad + s, c], 0 in the padding, so the convolution
+// is Y = col W with W stored (R S C) x K, run by chapter 5's GEMM, and Y is NHWC again.
 // (Chapter 6's im2col is the transpose of this: (C R S) x (N P Q) from NCHW.)
 // col2im_nhwc is its adjoint, the backward pass: dx[n, h, w, c] is the sum of dcol over
 // every patch entry that copied x[n, h, w, c]. One thread per element of dx gathers its
@@ -18,7 +18,8 @@ extern "C" __global__ void im2col_nhwc(int N, int H, int W, int C, int R, int S,
     const long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
     const int RSC = R * S * C;
     if (i >= static_cast<long long>(N) * P * Q * RSC) return;
-    const int j = static_cast<int>(i % RSC);  // (r, s, c), c fastest: coalesced reads of x
+    // (r, s, c), c fastest: coalesced reads of x
+    const int j = static_cast<int>(i % RSC);
     const int npq = static_cast<int>(i / RSC);
     const int c = j % C, s = (j / C) % S, r = j / (C * S);
     const int q = npq % Q, p = (npq / Q) % P, n = npq / (P * Q);
@@ -45,7 +46,8 @@ extern "C" __global__ void col2im_nhwc(int N, int H, int W, int C, int R, int S,
         for (int s = 0; s < S; ++s) {
             const int qw = w + pad - s;
             if (qw < 0 || qw % stride != 0 || qw / stride >= Q) continue;
-            const long long npq = (static_cast<long long>(n) * P + ph / stride) * Q + qw / stride;
+            const long long npq =
+                (static_cast<long long>(n) * P + ph / stride) * Q + qw / stride;
             sum += dcol[npq * RSC + (r * S + s) * C + c];
         }
     }

@@ -5,10 +5,10 @@
 // gather_labels: out[r] = labels[index[r]] (int32 targets).
 // next_batch moves the loader's cursor on the device, so a captured CUDA graph can replay
 // the step unchanged: it copies the batch's indices from `order` (the shuffled indices of
-// every epoch, laid end to end, `steps` batches in all; it wraps around after the last) at
-// offset (step % steps) * batch into `index`, then adds 1 to the
-// step counter, which the optimizer reads next. One block: the __syncthreads() orders
-// every thread's read of *step before thread 0 overwrites it. Launch: grid (1), block (256).
+// every epoch, laid end to end, `steps` batches in all; it wraps around after the last)
+// at offset (step % steps) * batch into `index`, then adds 1 to the step counter, which
+// the optimizer reads next. One block: the __syncthreads() orders every thread's read of
+// *step before thread 0 overwrites it. Launch: grid (1), block (256).
 // (Chapter 2's embedding lookup exercise is the same gather; it lives in that exercise.)
 // Indices are not checked: they must lie in [0, dataset rows).
 // Limit: memory-bound, 8 bytes per element (read one float, write one); each row is a
@@ -36,8 +36,9 @@ extern "C" __global__ void gather_labels(const int* __restrict__ labels,
         out[i] = labels[index[i]];
 }
 
-extern "C" __global__ void next_batch(const int* __restrict__ order, int* __restrict__ index,
-                                      int* step, int batch, int steps) {
+extern "C" __global__ void next_batch(const int* __restrict__ order,
+                                      int* __restrict__ index, int* step, int batch,
+                                      int steps) {
     const long long offset = static_cast<long long>(*step % steps) * batch;
     for (int i = threadIdx.x; i < batch; i += blockDim.x) index[i] = order[offset + i];
     __syncthreads();

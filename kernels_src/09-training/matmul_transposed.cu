@@ -7,12 +7,13 @@
 // Both are chapter 5's shared-memory tiling (matmul_3_smem_tiles.cu) with 16 x 16 tiles:
 // every global load is coalesced (a warp reads along a stored row), and the tile is read
 // from shared memory in the transposed order. Tiles that stick out are zero-filled.
-// Split-K (matmul_tn): a weight gradient sums over the batch, K = batch rows (times pixels
-// for a convolution: 8192 for this chapter's first conv) while M x N is tiny (9 x 16), so
-// one block per tile would leave the GPU empty and walk K alone. With gridDim.z = S > 1,
-// block z sums only its slice of K and adds its tile to C with atomicAdd: C must be zero
-// before the launch (the gradients are), and the order of the additions, so the last bits,
-// may change from run to run. With gridDim.z = 1 it stores C, as matmul_nt does.
+// Split-K (matmul_tn): a weight gradient sums over the batch, K = batch rows (times
+// pixels for a convolution: 8192 for this chapter's first conv) while M x N is tiny
+// (9 x 16), so one block per tile would leave the GPU empty and walk K alone. With
+// gridDim.z = S > 1, block z sums only its slice of K and adds its tile to C with
+// atomicAdd: C must be zero before the launch (the gradients are), and the order of the
+// additions, so the last bits, may change from run to run. With gridDim.z = 1 it stores
+// C, as matmul_nt does.
 // Limit: 2 shared loads per FMA, as matmul_3; at this chapter's sizes (a few hundred rows
 // and columns) each launch is a few microseconds, and a 16 x 16 tile gives 4x more blocks
 // than a 32 x 32 one to fill the SMs.
@@ -34,7 +35,8 @@ extern "C" __global__ void matmul_tn(int M, int N, int K, const float* __restric
     for (int k0 = k_begin; k0 < k_end; k0 += TILE) {
         const int k = k0 + ty;
         const bool in_k = k < k_end;
-        As[ty][tx] = (in_k && m_load < M) ? A[static_cast<long long>(k) * M + m_load] : 0.0f;
+        As[ty][tx] =
+            (in_k && m_load < M) ? A[static_cast<long long>(k) * M + m_load] : 0.0f;
         Bs[ty][tx] = (in_k && col < N) ? B[static_cast<long long>(k) * N + col] : 0.0f;
         __syncthreads();
         for (int kk = 0; kk < TILE; ++kk) acc += As[kk][ty] * Bs[kk][tx];
@@ -58,7 +60,8 @@ extern "C" __global__ void matmul_nt(int M, int N, int K, const float* __restric
     for (int k0 = 0; k0 < K; k0 += TILE) {
         const int k = k0 + tx;
         As[ty][tx] = (row < M && k < K) ? A[static_cast<long long>(row) * K + k] : 0.0f;
-        Bs[ty][tx] = (n_load < N && k < K) ? B[static_cast<long long>(n_load) * K + k] : 0.0f;
+        Bs[ty][tx] =
+            (n_load < N && k < K) ? B[static_cast<long long>(n_load) * K + k] : 0.0f;
         __syncthreads();
         for (int kk = 0; kk < TILE; ++kk) acc += As[ty][kk] * Bs[tx][kk];
         __syncthreads();

@@ -1,11 +1,11 @@
 """Chapter 9's training pipeline, built from the book's kernels only.
 
-    data = load_digits()                                  # host arrays, a fixed train/test split
+    data = load_digits()                         # host arrays, a fixed train/test split
     model = Model([Dense(64, 128, "gelu"), Dense(128, 10)], seed=0)
     loader = Loader(data["x_train"], data["y_train"], batch=128, steps=300, seed=0)
     opt = AdamW(model, lr=3e-3)
-    def step(): train_step(model, loader, opt)           # ~20 launches, no host sync
-    twin = torch_twin(model)                             # the same network in PyTorch
+    def step(): train_step(model, loader, opt)   # ~20 launches, no host sync
+    twin = torch_twin(model)                     # the same network in PyTorch
 
 Every parameter lives in one flat fp32 buffer (and every gradient in another of the same
 layout), so the optimizer is one launch. Activations are row-major matrices: a batch x
@@ -27,7 +27,7 @@ TILE = 16  # matmul_3_smem_tiles is 32 x 32; the transposed products use 16 x 16
 
 
 class Kernels:
-    """Every kernel the pipeline launches, compiled once (earlier chapters' files, by path)."""
+    """Every kernel the pipeline launches, compiled once (earlier chapters' by path)."""
 
     def __init__(self) -> None:
         load = cudl.load
@@ -35,13 +35,16 @@ class Kernels:
         self.matmul_tn = load("09-training/matmul_transposed.cu", "matmul_tn")
         self.matmul_nt = load("09-training/matmul_transposed.cu", "matmul_nt")
         self.bias_gelu = load("03-elementwise/bias_gelu.cu", "bias_gelu_forward<float>")
-        self.bias_gelu_backward = load("08-profiling/bias_gelu_backward.cu",
-                                       "bias_gelu_backward<float>")
+        self.bias_gelu_backward = load(
+            "08-profiling/bias_gelu_backward.cu", "bias_gelu_backward<float>"
+        )
         self.bias_add = load("09-training/bias_grad.cu", "bias_add")
         self.bias_grad = load("09-training/bias_grad.cu", "bias_grad")
         self.im2col = load("09-training/conv_nhwc.cu", "im2col_nhwc")
         self.col2im = load("09-training/conv_nhwc.cu", "col2im_nhwc")
-        self.softmax_ce = load("09-training/softmax_cross_entropy.cu", "softmax_cross_entropy")
+        self.softmax_ce = load(
+            "09-training/softmax_cross_entropy.cu", "softmax_cross_entropy"
+        )
         self.next_batch = load("09-training/gather_rows.cu", "next_batch")
         self.gather_rows = load("09-training/gather_rows.cu", "gather_rows")
         self.gather_labels = load("09-training/gather_rows.cu", "gather_labels")
@@ -66,7 +69,7 @@ SPLIT_K_BLOCKS = 264  # split K until about 2 blocks per SM of an H100 (132 SMs)
 
 
 def split_k(m: int, n: int, k: int) -> int:
-    """Slices of K for matmul_tn: enough blocks to fill the GPU, at least 128 rows of K each."""
+    """Slices of K for matmul_tn: enough blocks to fill the GPU, >= 128 rows of K each."""
     tiles = ((m + TILE - 1) // TILE) * ((n + TILE - 1) // TILE)
     return max(1, min(k // 128, SPLIT_K_BLOCKS // tiles))
 
@@ -74,8 +77,8 @@ def split_k(m: int, n: int, k: int) -> int:
 def gemm(a: Any, b: Any, c: Any, transpose: str = "nn") -> None:
     """c = a b ("nn"), a^T b ("tn") or a b^T ("nt") for row-major 2-D arrays.
 
-    "tn" may split K over blocks that add into c with atomics: c must be zero before ("tn" is
-    only used for weight gradients, which train_step zeroes).
+    "tn" may split K over blocks that add into c with atomics: c must be zero before
+    ("tn" is only used for weight gradients, which train_step zeroes).
     """
     k = kernels()
     if transpose == "nn":
@@ -88,22 +91,34 @@ def gemm(a: Any, b: Any, c: Any, transpose: str = "nn") -> None:
         (m, kk), n = a.shape, b.shape[0]
     kernel = k.matmul_tn if transpose == "tn" else k.matmul_nt
     splits = split_k(m, n, kk) if transpose == "tn" else 1
-    kernel(((n + TILE - 1) // TILE, (m + TILE - 1) // TILE, splits), (TILE, TILE),
-           (m, n, kk, a, b, c))
+    kernel(
+        ((n + TILE - 1) // TILE, (m + TILE - 1) // TILE, splits),
+        (TILE, TILE),
+        (m, n, kk, a, b, c),
+    )
 
 
 # --------------------------------------------------------------------------------- layers
 
+
 class Dense:
     """y = act(x W + b) with W stored fan_in x fan_out; act is "gelu" or None.
 
-    With `image=(H, W, C)` it is a convolution with an R x S kernel: the same layer applied to
-    the image patches that im2col_nhwc lays out as rows, so fan_in = R S C.
+    With `image=(H, W, C)` it is a convolution with an R x S kernel: the same layer
+    applied to the image patches that im2col_nhwc lays out as rows, so fan_in = R S C.
     """
 
-    def __init__(self, fan_in: int, fan_out: int, act: str | None = None, *,
-                 image: tuple[int, int, int] | None = None, kernel: int = 3, stride: int = 1,
-                 pad: int = 1) -> None:
+    def __init__(
+        self,
+        fan_in: int,
+        fan_out: int,
+        act: str | None = None,
+        *,
+        image: tuple[int, int, int] | None = None,
+        kernel: int = 3,
+        stride: int = 1,
+        pad: int = 1,
+    ) -> None:
         self.act, self.image, self.fan_out = act, image, fan_out
         if image is None:
             self.fan_in, self.in_size, self.pixels = fan_in, fan_in, 1
@@ -114,7 +129,11 @@ class Dense:
             self.stride, self.pad = stride, pad
             self.p = (h + 2 * pad - kernel) // stride + 1
             self.q = (w + 2 * pad - kernel) // stride + 1
-            self.fan_in, self.in_size, self.pixels = kernel * kernel * c, h * w * c, self.p * self.q
+            self.fan_in, self.in_size, self.pixels = (
+                kernel * kernel * c,
+                h * w * c,
+                self.p * self.q,
+            )
         self.out_size = self.pixels * fan_out
         self.n_params = self.fan_in * fan_out + fan_out
         self.bufs: dict[int, dict[str, Any]] = {}
@@ -122,13 +141,13 @@ class Dense:
     def bind(self, params: Any, grads: Any, offset: int) -> None:
         """Point W, b (and dW, db) at their places in the flat buffers."""
         nw = self.fan_in * self.fan_out
-        self.W = params[offset:offset + nw].reshape(self.fan_in, self.fan_out)
-        self.b = params[offset + nw:offset + self.n_params]
-        self.dW = grads[offset:offset + nw].reshape(self.fan_in, self.fan_out)
-        self.db = grads[offset + nw:offset + self.n_params]
+        self.W = params[offset : offset + nw].reshape(self.fan_in, self.fan_out)
+        self.b = params[offset + nw : offset + self.n_params]
+        self.dW = grads[offset : offset + nw].reshape(self.fan_in, self.fan_out)
+        self.db = grads[offset + nw : offset + self.n_params]
 
     def buffers(self, batch: int) -> dict[str, Any]:
-        """Activations and gradients for one batch size, allocated once (graphs need that)."""
+        """Activations and gradients for one batch size, allocated once (for graphs)."""
         if batch not in self.bufs:
             xp, rows = cudl.xp, batch * self.pixels
             b = {"pre": xp.empty((rows, self.fan_out), np.float32)}
@@ -137,8 +156,11 @@ class Dense:
             if self.image is not None:
                 b["col"] = xp.empty((rows, self.fan_in), np.float32)
             b["dcol"] = xp.empty((rows, self.fan_in), np.float32)
-            b["dx"] = b["dcol"] if self.image is None else xp.empty((batch, self.in_size),
-                                                                     np.float32)
+            b["dx"] = (
+                b["dcol"]
+                if self.image is None
+                else xp.empty((batch, self.in_size), np.float32)
+            )
             self.bufs[batch] = b
         return self.bufs[batch]
 
@@ -150,16 +172,25 @@ class Dense:
         """x: batch x in_size; returns batch x out_size (NHWC rows for a convolution)."""
         k, b = kernels(), self.buffers(batch)
         if self.image is not None:
-            k.im2col(_blocks(b["col"].size), (THREADS,), (*self._conv_args(batch), x, b["col"]))
+            k.im2col(
+                _blocks(b["col"].size), (THREADS,), (*self._conv_args(batch), x, b["col"])
+            )
             x = b["col"]
         self.x = x.reshape(-1, self.fan_in)
         gemm(self.x, self.W, b["pre"])
         rows = b["pre"].shape[0]
         if self.act == "gelu":
-            k.bias_gelu((min(rows, 1024),), (128,), (b["pre"], self.b, b["out"], rows, self.fan_out))
+            k.bias_gelu(
+                (min(rows, 1024),),
+                (128,),
+                (b["pre"], self.b, b["out"], rows, self.fan_out),
+            )
         else:
-            k.bias_add(_blocks(b["pre"].size), (THREADS,), (b["pre"], self.b, b["pre"], rows,
-                                                            self.fan_out))
+            k.bias_add(
+                _blocks(b["pre"].size),
+                (THREADS,),
+                (b["pre"], self.b, b["pre"], rows, self.fan_out),
+            )
         return b["out"].reshape(batch, self.out_size)
 
     def backward(self, dy: Any, batch: int, need_dx: bool = True) -> Any:
@@ -169,24 +200,32 @@ class Dense:
         dy = dy.reshape(rows, self.fan_out)
         if self.act == "gelu":  # db is added into: train_step zeroes every gradient first
             grid = ((self.fan_out + THREADS - 1) // THREADS, (rows + 31) // 32)
-            k.bias_gelu_backward(grid, (THREADS,), (dy, b["pre"], self.b, b["dpre"], self.db,
-                                                    rows, self.fan_out, 32))
+            k.bias_gelu_backward(
+                grid,
+                (THREADS,),
+                (dy, b["pre"], self.b, b["dpre"], self.db, rows, self.fan_out, 32),
+            )
             dpre = b["dpre"]
         else:
-            k.bias_grad(((self.fan_out + 31) // 32,), (32, 8), (dy, self.db, rows, self.fan_out))
+            k.bias_grad(
+                ((self.fan_out + 31) // 32,), (32, 8), (dy, self.db, rows, self.fan_out)
+            )
             dpre = dy
         gemm(self.x, dpre, self.dW, "tn")  # dW = x^T dpre
         if not need_dx:
             return None
         gemm(dpre, self.W, b["dcol"], "nt")  # d(input rows) = dpre W^T
         if self.image is not None:
-            k.col2im(_blocks(b["dx"].size), (THREADS,), (*self._conv_args(batch), b["dcol"],
-                                                          b["dx"]))
+            k.col2im(
+                _blocks(b["dx"].size),
+                (THREADS,),
+                (*self._conv_args(batch), b["dcol"], b["dx"]),
+            )
         return b["dx"].reshape(batch, self.in_size)
 
 
 class Model:
-    """Layers applied in order, then softmax cross-entropy; parameters in one flat buffer."""
+    """Layers in order, then softmax cross-entropy; all parameters in one flat buffer."""
 
     def __init__(self, layers: list[Dense], seed: int = 0) -> None:
         xp = cudl.xp
@@ -201,16 +240,22 @@ class Model:
         rng = np.random.default_rng(seed)
         for layer in layers:  # PyTorch's default: uniform in +-1 / sqrt(fan_in)
             bound = 1 / np.sqrt(layer.fan_in)
-            layer.W[...] = xp.asarray(rng.uniform(-bound, bound, layer.W.shape), np.float32)
-            layer.b[...] = xp.asarray(rng.uniform(-bound, bound, layer.b.shape), np.float32)
+            layer.W[...] = xp.asarray(
+                rng.uniform(-bound, bound, layer.W.shape), np.float32
+            )
+            layer.b[...] = xp.asarray(
+                rng.uniform(-bound, bound, layer.b.shape), np.float32
+            )
         self.classes = layers[-1].out_size
         self.bufs: dict[int, dict[str, Any]] = {}
 
     def buffers(self, batch: int) -> dict[str, Any]:
         if batch not in self.bufs:
             xp = cudl.xp
-            self.bufs[batch] = {"loss": xp.empty(batch, np.float32),
-                                "dlogits": xp.empty((batch, self.classes), np.float32)}
+            self.bufs[batch] = {
+                "loss": xp.empty(batch, np.float32),
+                "dlogits": xp.empty((batch, self.classes), np.float32),
+            }
         return self.bufs[batch]
 
     def forward(self, x: Any) -> Any:
@@ -222,8 +267,11 @@ class Model:
     def loss_and_backward(self, logits: Any, targets: Any) -> Any:
         """Per-row losses (a device array); fills self.grads (zeroed here first)."""
         batch, b = logits.shape[0], self.buffers(logits.shape[0])
-        kernels().softmax_ce(((batch + 3) // 4,), (128,), (logits, targets, b["loss"],
-                                                          b["dlogits"], batch, self.classes))
+        kernels().softmax_ce(
+            ((batch + 3) // 4,),
+            (128,),
+            (logits, targets, b["loss"], b["dlogits"], batch, self.classes),
+        )
         self.grads.fill(0)
         dy = b["dlogits"]
         for i in reversed(range(len(self.layers))):
@@ -233,14 +281,20 @@ class Model:
 
 # --------------------------------------------------------------------------------- data
 
+
 def load_digits(test: int = 360, seed: int = 0) -> dict[str, np.ndarray]:
-    """The 1797 8 x 8 digits (UCI, via scikit-learn), pixels scaled to [0, 1], a fixed split."""
+    """The 1797 8 x 8 digits (UCI, via scikit-learn), pixels in [0, 1], a fixed split."""
     with np.load(HERE / "digits.npz") as f:
         images, labels = f["images"], f["labels"]
     order = np.random.default_rng(seed).permutation(len(labels))
     x = images.reshape(len(labels), 64).astype(np.float32)[order] / 16
     y = labels.astype(np.int32)[order]
-    return {"x_train": x[test:], "y_train": y[test:], "x_test": x[:test], "y_test": y[:test]}
+    return {
+        "x_train": x[test:],
+        "y_train": y[test:],
+        "x_test": x[:test],
+        "y_test": y[:test],
+    }
 
 
 class Loader:
@@ -251,14 +305,19 @@ class Loader:
     device, so the launches are the same at every step and a CUDA graph can replay them.
     """
 
-    def __init__(self, x: np.ndarray, y: np.ndarray, batch: int, steps: int, seed: int = 0):
+    def __init__(
+        self, x: np.ndarray, y: np.ndarray, batch: int, steps: int, seed: int = 0
+    ):
         xp = cudl.xp
         self.batch, self.steps, self.cols = batch, steps, x.shape[1]
         self.data, self.labels = xp.asarray(x), xp.asarray(y)
         per_epoch = len(y) // batch
         rng = np.random.default_rng(seed)
-        epochs = [rng.permutation(len(y))[:per_epoch * batch] for _ in range(-(-steps // per_epoch))]
-        self.order = xp.asarray(np.concatenate(epochs)[:steps * batch].astype(np.int32))
+        epochs = [
+            rng.permutation(len(y))[: per_epoch * batch]
+            for _ in range(-(-steps // per_epoch))
+        ]
+        self.order = xp.asarray(np.concatenate(epochs)[: steps * batch].astype(np.int32))
         self.step = xp.zeros(1, np.int32)  # steps taken: the optimizer's step number
         self.index = xp.empty(batch, np.int32)
         self.x = xp.empty((batch, self.cols), np.float32)
@@ -267,8 +326,11 @@ class Loader:
     def next(self) -> tuple[Any, Any]:
         k, b = kernels(), self.batch
         k.next_batch((1,), (THREADS,), (self.order, self.index, self.step, b, self.steps))
-        k.gather_rows((min(b * self.cols // THREADS + 1, 1024),), (THREADS,),
-                      (self.data, self.index, self.x, b, self.cols))
+        k.gather_rows(
+            (min(b * self.cols // THREADS + 1, 1024),),
+            (THREADS,),
+            (self.data, self.index, self.x, b, self.cols),
+        )
         k.gather_labels(_blocks(b), (THREADS,), (self.labels, self.index, self.y, b))
         return self.x, self.y
 
@@ -276,23 +338,49 @@ class Loader:
 class AdamW:
     """torch.optim.AdamW's update over the flat parameter buffer, one launch per step."""
 
-    def __init__(self, model: Model, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
-                 eps: float = 1e-8, weight_decay: float = 1e-2) -> None:
+    def __init__(
+        self,
+        model: Model,
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 1e-2,
+    ) -> None:
         xp = cudl.xp
-        self.model, self.lr, self.betas, self.eps, self.wd = model, lr, betas, eps, weight_decay
+        self.model, self.lr, self.betas, self.eps, self.wd = (
+            model,
+            lr,
+            betas,
+            eps,
+            weight_decay,
+        )
         self.m = xp.zeros_like(model.params)
         self.v = xp.zeros_like(model.params)
 
     def step(self, step_counter: Any) -> None:
         p, n = self.model.params, self.model.n_params
         blocks = min((n + THREADS - 1) // THREADS, 1024)
-        kernels().adamw((blocks,), (THREADS,), (p, self.model.grads, self.m, self.v, n, self.lr,
-                                                self.betas[0], self.betas[1], self.eps, self.wd,
-                                                step_counter))
+        kernels().adamw(
+            (blocks,),
+            (THREADS,),
+            (
+                p,
+                self.model.grads,
+                self.m,
+                self.v,
+                n,
+                self.lr,
+                self.betas[0],
+                self.betas[1],
+                self.eps,
+                self.wd,
+                step_counter,
+            ),
+        )
 
 
 def train_step(model: Model, loader: Loader, opt: AdamW) -> Any:
-    """One step: next batch, forward, loss and gradients, AdamW. Returns the per-row losses."""
+    """Next batch, forward, loss and gradients, AdamW. Returns the per-row losses."""
     x, y = loader.next()
     loss = model.loss_and_backward(model.forward(x), y)
     opt.step(loader.step)
@@ -306,17 +394,25 @@ def accuracy(model: Model, x: np.ndarray, y: np.ndarray) -> float:
 
 # --------------------------------------------------------------------------------- checks
 
+
 def _im2col64(x: np.ndarray, layer: Dense) -> np.ndarray:
     """float64 NumPy im2col_nhwc: (batch p q) x (r s c)."""
     h, w, c = layer.image
-    xi = np.pad(x.reshape(-1, h, w, c), ((0, 0), (layer.pad,) * 2, (layer.pad,) * 2, (0, 0)))
+    xi = np.pad(
+        x.reshape(-1, h, w, c), ((0, 0), (layer.pad,) * 2, (layer.pad,) * 2, (0, 0))
+    )
     st = layer.stride
-    cols = [xi[:, r:r + st * layer.p:st, s:s + st * layer.q:st, :]
-            for r in range(layer.r) for s in range(layer.s)]
+    cols = [
+        xi[:, r : r + st * layer.p : st, s : s + st * layer.q : st, :]
+        for r in range(layer.r)
+        for s in range(layer.s)
+    ]
     return np.stack(cols, axis=3).reshape(-1, layer.fan_in)
 
 
-def reference_grads(model: Model, x: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
+def reference_grads(
+    model: Model, x: np.ndarray, y: np.ndarray
+) -> tuple[float, np.ndarray]:
     """Mean loss and the flat gradient of one batch in float64 NumPy (the same math)."""
     from math import erf
 
@@ -325,10 +421,14 @@ def reference_grads(model: Model, x: np.ndarray, y: np.ndarray) -> tuple[float, 
     out, saved, offset = x.astype(np.float64), [], 0
     for layer in model.layers:
         nw = layer.fan_in * layer.fan_out
-        W = params[offset:offset + nw].reshape(layer.fan_in, layer.fan_out)
-        b = params[offset + nw:offset + layer.n_params]
+        W = params[offset : offset + nw].reshape(layer.fan_in, layer.fan_out)
+        b = params[offset + nw : offset + layer.n_params]
         offset += layer.n_params
-        inp = _im2col64(out, layer) if layer.image is not None else out.reshape(-1, layer.fan_in)
+        inp = (
+            _im2col64(out, layer)
+            if layer.image is not None
+            else out.reshape(-1, layer.fan_in)
+        )
         pre = inp @ W + b
         act = 0.5 * pre * (1 + erf_v(pre / np.sqrt(2))) if layer.act else pre
         saved.append((inp, pre, W))
@@ -345,8 +445,10 @@ def reference_grads(model: Model, x: np.ndarray, y: np.ndarray) -> tuple[float, 
     for layer, (inp, pre, W) in zip(reversed(model.layers), reversed(saved)):
         dy = dy.reshape(pre.shape)
         if layer.act:
-            dy = dy * (0.5 * (1 + erf_v(pre / np.sqrt(2))) + pre * np.exp(-pre**2 / 2)
-                       / np.sqrt(2 * np.pi))
+            dy = dy * (
+                0.5 * (1 + erf_v(pre / np.sqrt(2)))
+                + pre * np.exp(-(pre**2) / 2) / np.sqrt(2 * np.pi)
+            )
         grads.append(np.concatenate([(inp.T @ dy).ravel(), dy.sum(axis=0)]))
         dcol = dy @ W.T
         if layer.image is None:
@@ -358,18 +460,21 @@ def reference_grads(model: Model, x: np.ndarray, y: np.ndarray) -> tuple[float, 
             st = layer.stride
             for r in range(layer.r):
                 for s in range(layer.s):
-                    dx[:, r:r + st * layer.p:st, s:s + st * layer.q:st, :] += d[:, :, :, r, s, :]
-            dy = dx[:, layer.pad:layer.pad + h, layer.pad:layer.pad + w, :]
+                    dx[:, r : r + st * layer.p : st, s : s + st * layer.q : st, :] += d[
+                        :, :, :, r, s, :
+                    ]
+            dy = dx[:, layer.pad : layer.pad + h, layer.pad : layer.pad + w, :]
     return loss, np.concatenate(grads[::-1])
 
 
-# --------------------------------------------------------------------------------- PyTorch
+# ------------------------------------------------------------------------------ PyTorch
+
 
 def torch_twin(model: Model) -> Any:
-    """The same network as a torch.nn.Module on the GPU, with copies of the model's weights.
+    """The same network as a torch.nn.Module on the GPU, with copies of its weights.
 
-    Convolutions become nn.Conv2d on NCHW tensors; before a dense layer the NCHW activation
-    is permuted to NHWC and flattened, the order in which our layers store it.
+    Convolutions become nn.Conv2d on NCHW tensors; before a dense layer the NCHW
+    activation is permuted to NHWC and flattened, the order in which our layers store it.
     """
     import torch
 
@@ -379,7 +484,9 @@ def torch_twin(model: Model) -> Any:
         b = torch.as_tensor(cudl.to_numpy(layer.b), device="cuda")
         if layer.image is not None:
             h, w, c = layer.image
-            mod = torch.nn.Conv2d(c, layer.fan_out, layer.r, layer.stride, layer.pad, device="cuda")
+            mod = torch.nn.Conv2d(
+                c, layer.fan_out, layer.r, layer.stride, layer.pad, device="cuda"
+            )
             weight = W.reshape(layer.r, layer.s, c, layer.fan_out).permute(3, 2, 0, 1)
             if prev_image is None:
                 layers.append(torch.nn.Unflatten(1, (c, h, w)))  # NCHW = NHWC when c == 1
@@ -412,5 +519,6 @@ def _nhwc_flatten_class() -> Any:
     return NHWCFlatten
 
 
-def _NHWCFlatten() -> Any:  # noqa: N802 (a constructor made on first use: torch is optional)
+# a constructor made on first use, since torch is optional
+def _NHWCFlatten() -> Any:  # noqa: N802
     return _nhwc_flatten_class()()
