@@ -99,8 +99,8 @@ def shown_kernel_files() -> list[Path]:
 # Chapters 6-9's kernels were reflowed to CODE_WIDTH (06-08 on branch `polish`, with the corrected DRAM
 # counts in the Limit: lines of softmax_1/softmax_2/layernorm_1; 09 in commit c1c8afd), but their stored
 # H100 outputs hash these files, and the session that reflowed them had no device time left to re-execute
-# those chapters and their solutions. Merge `polish`, re-apply c1c8afd and re-execute 06-09 together;
-# then this list goes.
+# those chapters and their solutions. Branch `next-gpu` holds the reflowed files without this list: merge
+# it after re-executing 06-09 on a GPU (its GPU_NEXT.md).
 AWAITING_REEXECUTION = ("06-convolution/", "07-fusion/", "08-profiling/", "09-training/")
 
 
