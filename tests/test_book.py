@@ -338,3 +338,26 @@ def test_figures_fit_a_phone(site, page: str) -> None:
     too_wide = [f"{i['src'].rsplit('/', 1)[-1]}: right edge at {i['right']:.0f} px" for i in images
                 if i["right"] > width + 1]
     assert not too_wide, f"{page}: figures wider than the {width} px viewport:\n" + "\n".join(too_wide)
+
+
+# --- code on a laptop-width window -----------------------------------------------------------------
+
+_WIDE_CODE = """(width) => [...document.querySelectorAll("article div.highlight pre")]
+    .filter(pre => Math.max(...pre.textContent.split("\\n").map(l => l.length)) <= width)
+    .filter(pre => pre.scrollWidth > pre.clientWidth + 1)
+    .map(pre => pre.textContent.split("\\n").reduce((a, b) => (b.length > a.length ? b : a)))"""
+
+
+@pytest.mark.timeout(120)
+def test_code_of_code_width_does_not_scroll(site) -> None:
+    """At 1400 px, no code block whose lines are all within CODE_WIDTH columns needs a sideways scroll bar
+    (book/_static/cudl.css sizes the code font for it): the 90-column rule is what readers see."""
+    base, browser = site
+    tab = browser.new_page(viewport={"width": 1400, "height": 900})
+    tab.route("**/*", lambda r: r.continue_() if r.request.url.startswith(base) else r.fulfill(status=200, body=""))
+    try:
+        tab.goto(base + "chapters/11-tensor-cores.html", wait_until="load", timeout=30_000)
+        scrolling = tab.evaluate(_WIDE_CODE, CODE_WIDTH)
+    finally:
+        tab.close()
+    assert not scrolling, "code within {} columns scrolls sideways:\n{}".format(CODE_WIDTH, "\n".join(scrolling))
