@@ -154,20 +154,36 @@ def glue(name: str, value: Any, fmt: str = "") -> None:
     display({prefix + "text/plain": text}, raw=True, metadata={"scrapbook": {"name": name, "mime_prefix": prefix}})
 
 
-def show(file_or_source: str, *, lines: tuple[int, int] | None = None, language: str = "cuda") -> None:
+def show(file_or_source: str, *, lines: tuple[int, int] | None = None, start: str | None = None,
+         stop: str | None = None, header: bool = False, language: str = "cuda") -> None:
     """Display a kernel file of kernels_src/ (or source text) as highlighted code, in the notebook and on the site.
 
     The output is Markdown holding a fenced code block: myst-nb renders it with the book's highlighting, and
     Jupyter/Colab render it as code too. `lines=(first, last)` shows only those lines (1-based, inclusive).
+    `start`/`stop` pick a part by text instead, which survives edits above it: from the first line holding
+    `start` to the line before the next one holding `stop` (or the end). `header=True` shows the file's
+    leading comment block first, as a block of its own (what the file is, before the part of it shown).
     """
     from IPython.display import display
 
     from .compile import resolve
 
+    def emit(body: str) -> None:
+        fence = "````" if "```" in body else "```"
+        display({"text/markdown": f"{fence}{language}\n{body}\n{fence}", "text/plain": body}, raw=True)
+
     text, shown = resolve(file_or_source)
     src = text.rstrip("\n").splitlines()
+    if header:
+        emit("\n".join(src[: next((i for i, line in enumerate(src) if not line.startswith("//")), len(src))]))
     if lines is not None:
         src = src[lines[0] - 1 : lines[1]]
-    body = "\n".join(src)
-    fence = "````" if "```" in body else "```"
-    display({"text/markdown": f"{fence}{language}\n{body}\n{fence}", "text/plain": body}, raw=True)
+    if start is not None or stop is not None:
+        a = 0
+        if start is not None:
+            a = next((i for i, line in enumerate(src) if start in line), None)
+            if a is None:
+                raise ValueError(f"cudl.show: no line of {shown} holds {start!r}")
+        b = next((i for i, line in enumerate(src) if stop is not None and i > a and stop in line), len(src))
+        src = src[a:b]
+    emit("\n".join(src))

@@ -279,6 +279,25 @@ def test_show_displays_highlighted_cuda(capsys):
     assert md.startswith("```cuda\n// vector_add") and md.endswith("```") and md.count("\n") == 3
 
 
+def test_show_picks_a_part_by_text():
+    """start/stop select from the line holding `start` to the one before `stop`; header=True shows the
+    leading comment block first; a marker that is not there is an error that names it."""
+    import IPython.display
+
+    src = "// what\n// why\nint a;\n// -- part\nint b;\nint c;\n// -- next\nint d;\n"
+    shown = []
+    orig = IPython.display.display
+    IPython.display.display = lambda obj, raw=False: shown.append(obj["text/plain"])
+    try:
+        cudl.show(src, start="-- part", stop="-- next")
+        cudl.show(src, start="-- next", header=True)
+        with pytest.raises(ValueError, match="-- nowhere"):
+            cudl.show(src, start="-- nowhere")
+    finally:
+        IPython.display.display = orig
+    assert shown == ["// -- part\nint b;\nint c;", "// what\n// why", "// -- next\nint d;"]
+
+
 def test_launch_checks_survive_the_fast_path():
     """Kernel.__call__ looks its checks up once per kernel (cudl/kernel.py `_plan`); every check still fires."""
     from cudl.kernel import _dim3
