@@ -76,13 +76,15 @@ _flush_buffer: Any = None
 _read_flush: Any = None
 
 # How flush_l2 evicts the inputs (environment variable CUDL_L2_FLUSH):
-#   "write" (the default, and what every stored number of the book used): fill a 256 MB buffer. L2 is then
-#     full of *dirty* lines; a short read-only kernel that evicts them pays for writing them back, up to
-#     L2's size in extra DRAM traffic, which may understate kernels of a few tens of microseconds
-#     (chapter 13's GEMVs). Long kernels do not notice.
-#   "read": read the (zero) buffer instead, after writing it once: the reads evict the inputs and the
-#     dirty lines before the timed run starts, and leave L2 full of clean lines that cost nothing to evict.
-# tests/gpu/probe_l2_flush.py measures both on the same kernels: the book switches only after that run.
+#   "read" (the default): read a 256 MB buffer (written once, when it is made). The reads evict the inputs
+#     and leave L2 full of *clean* lines, which cost nothing to evict, so the timed run starts as it would
+#     after any large read-only kernel.
+#   "write": fill the buffer before each run, as the book did before 2026-11-25. L2 is then full of dirty
+#     lines, and a short read-only kernel that evicts them pays for writing them back: up to L2's size of
+#     extra DRAM traffic. tests/gpu/probe_l2_flush.py showed it on an H100 (its output is stored in
+#     benchmarks/probe_l2_flush-H100.txt): GEMVs of tens of microseconds ran about a fifth slower after a
+#     write flush than after a read flush, and the read flush agreed with cycling through fresh copies of
+#     the inputs (no flush at all) wherever the inputs were larger than L2. Long kernels do not notice.
 _READ_FLUSH_SRC = r"""
 extern "C" __global__ void cudl_read_flush(const int4* __restrict__ p, long long n, int* sink) {
     int acc = 0;
@@ -100,9 +102,9 @@ def flush_mode() -> str:
     """The flush mode, "write" or "read" (CUDL_L2_FLUSH): see the comment above."""
     import os
 
-    mode = os.environ.get("CUDL_L2_FLUSH", "write")
+    mode = os.environ.get("CUDL_L2_FLUSH", "read")
     if mode not in ("write", "read"):
-        raise ValueError(f"CUDL_L2_FLUSH={mode!r}: use 'write' (the default) or 'read'")
+        raise ValueError(f"CUDL_L2_FLUSH={mode!r}: use 'read' (the default) or 'write'")
     return mode
 
 

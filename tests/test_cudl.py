@@ -351,7 +351,7 @@ def test_compare_scales_a_cancelling_sum_by_its_terms():
 
 
 def test_l2_flush_modes():
-    """CUDL_L2_FLUSH takes "write" (default) or "read"; the read flush's kernel compiles for the T4 up."""
+    """CUDL_L2_FLUSH takes "read" (default) or "write"; the read flush's kernel compiles for the T4 up."""
     import os
 
     from cudl.bench import _READ_FLUSH_SRC, flush_mode
@@ -359,9 +359,9 @@ def test_l2_flush_modes():
 
     old = os.environ.pop("CUDL_L2_FLUSH", None)
     try:
-        assert flush_mode() == "write"
-        os.environ["CUDL_L2_FLUSH"] = "read"
         assert flush_mode() == "read"
+        os.environ["CUDL_L2_FLUSH"] = "write"
+        assert flush_mode() == "write"
         os.environ["CUDL_L2_FLUSH"] = "clean"
         with pytest.raises(ValueError, match="CUDL_L2_FLUSH"):
             flush_mode()
