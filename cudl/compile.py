@@ -7,6 +7,7 @@ compile test that runs NVRTC without a GPU through `cuda-bindings`.
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
 import re
 import struct
@@ -38,6 +39,58 @@ def resolve(file_or_source: str) -> tuple[str, str]:
         f"no kernel file {file_or_source!r}: give a path under {KERNELS_DIR} "
         "(e.g. '01-first-kernel/vector_add.cu') or the CUDA source itself"
     )
+
+
+# `#include "NN-slug/file.cuh"`: a header shared by kernels, found under kernels_src/ by every compiler.
+_LOCAL_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([^"\n]+)"', re.M)
+
+
+def local_includes(source: str, shown: str, root: Path | None = None) -> list[tuple[str, Path]]:
+    """The files a source pulls in with `#include "..."`, recursively, in first-seen order: (name, path).
+
+    A quoted path is relative to kernels_src/ (`root`), or, inside a header, to that header's folder first,
+    as C compilers search; a missing one raises CompileError naming it and the line that wants it.
+    """
+    root = KERNELS_DIR if root is None else root
+    found: dict[str, Path] = {}
+
+    def visit(text: str, where: str, folder: Path | None) -> None:
+        text = strip_comments(text)
+        for m in _LOCAL_INCLUDE.finditer(text):
+            want = m.group(1)
+            cands = ([folder / want] if folder else []) + [root / want]
+            path = next((c for c in cands if c.is_file()), None)
+            if path is None:
+                line = text.count("\n", 0, m.start()) + 1
+                raise CompileError(f'{where}:{line}: #include "{want}": no file {want} under {root} (a quoted '
+                                   "#include names a header by its path under kernels_src/, e.g. "
+                                   '"11-tensor-cores/tc_ptx.cuh")')
+            path = path.resolve()
+            try:
+                name = path.relative_to(root.resolve()).as_posix()
+            except ValueError:
+                raise CompileError(f'{where}: #include "{want}" is outside {root}: shared headers live '
+                                   "under kernels_src/") from None
+            if name not in found:
+                found[name] = path
+                visit(path.read_text(), name, path.parent)
+
+    visit(source, shown, None)
+    return list(found.items())
+
+
+def includes_digest(source: str, shown: str, root: Path | None = None) -> str:
+    """A hash of every file the source includes (quoted #include, recursively); "" when there are none."""
+    h = hashlib.sha256()
+    files = local_includes(source, shown, root)
+    for name, path in files:
+        h.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()[:16] if files else ""
+
+
+def include_options() -> list[str]:
+    """-I options of every NVRTC compile: kernels_src/ (shared headers), then a CUDA toolkit's headers."""
+    return [f"-I{KERNELS_DIR}", *(f"-I{d}" for d in cuda_include_dirs())]
 
 
 def with_line_directive(source: str, shown: str) -> str:
@@ -344,7 +397,7 @@ def _nvrtc(source: str, shown: str, options: list[str], name_expressions: tuple[
     try:
         for expr in name_expressions:
             nvrtc.nvrtcAddNameExpression(prog, expr.encode())
-        opts = [*options, *(f"-I{d}" for d in cuda_include_dirs())]
+        opts = [*options, *include_options()]
         (err,) = nvrtc.nvrtcCompileProgram(prog, len(opts), [o.encode() for o in opts])
         _, size = nvrtc.nvrtcGetProgramLogSize(prog)
         log = b" " * size

@@ -12,9 +12,10 @@ import numpy as np
 from . import backend as _backend
 from .compile import (
     Param,
-    cuda_include_dirs,
     format_log,
     global_vars,
+    include_options,
+    includes_digest,
     kernel_decls,
     parse_params,
     preprocess,
@@ -196,15 +197,19 @@ class Kernel:
 
 
 @functools.lru_cache(maxsize=256)
-def _gpu_module(source: str, shown: str, options: tuple[str, ...], names: tuple[str, ...]) -> Any:
+def _gpu_module(source: str, shown: str, options: tuple[str, ...], names: tuple[str, ...],
+                includes: str = "") -> Any:
     import cupy
 
-    # A full toolkit's headers after CuPy's own: some pip layouts of CUDA 13 lack crt/mma.h (needed by WMMA).
-    extra = tuple(f"-I{d}" for d in cuda_include_dirs())
+    # kernels_src/ for shared headers; a full toolkit's headers after CuPy's own: some pip layouts of CUDA 13
+    # lack crt/mma.h (needed by WMMA).
+    extra = tuple(include_options())
     if any(o.startswith(("-arch=", "--gpu-architecture=")) for o in options):
         return _arch_module(source, shown, options)
-    mod = cupy.RawModule(code=with_line_directive(source, shown), options=("-std=c++17", *options, *extra),
-                         name_expressions=names or None)
+    # CuPy caches binaries by source text and options only: the hash of the included headers, in a comment
+    # after the last line, makes an edited header compile anew.
+    code = with_line_directive(source, shown) + (f"\n// cudl: includes {includes}\n" if includes else "")
+    mod = cupy.RawModule(code=code, options=("-std=c++17", *options, *extra), name_expressions=names or None)
     try:
         mod.compile()
     except cupy.cuda.compiler.CompileException as exc:
@@ -238,10 +243,11 @@ def load(file_or_source: str, name: str, *, options: Sequence[str] = (),
     options = tuple(options)
     gpu = _backend.on_gpu()
     params = parse_params(source, name, options, emulator=not gpu)
+    includes = includes_digest(source, shown)  # a missing header fails here, by name, on both backends
     if gpu:  # every kernel by name expression, so that C++ (mangled) names are found too
         found = [d.name for d in kernel_decls(preprocess(source, options)) if d.template is None and d.at_file_scope]
         unique = [k for k in found if found.count(k) == 1]  # an overloaded name is no name expression
-        mod = _gpu_module(source, shown, options, tuple(dict.fromkeys([*unique, *names])))
+        mod = _gpu_module(source, shown, options, tuple(dict.fromkeys([*unique, *names])), includes)
         return Kernel(name, params, shown, mod.get_function(name), "gpu", mod, source, options)
     from . import emulator
 

@@ -16,7 +16,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .compile import KERNELS_DIR, ROOT
+from .compile import KERNELS_DIR, ROOT, local_includes
+from .errors import CompileError
 
 PAIRED_DIRS = ("chapters", "solutions")
 BOOTSTRAP_MARK = "# cudl bootstrap"
@@ -49,17 +50,48 @@ def slug_of(path: Path) -> str:
 
 # ------------------------------------------------------------------------------ hashing
 
+# A file of kernels_src/ named by its path in a string: "07-fusion/fused_rows.cu", '05-matmul/x.cu'.
+_KERNEL_PATH = re.compile(r"""["'](\d\d-[\w-]+/[\w./-]+)["']""")
+
+
+def kernel_files(nb: Any, slug: str) -> list[Path]:
+    """The files of kernels_src/ behind a notebook's outputs: the chapter's folder first, then, by name, the
+    files of other chapters that its code cells, its folder's scripts or its grader module (cudl/grade/chNN.py)
+    name by path (chapter 9 loads chapter 5's matmul), and every header these `#include`, recursively."""
+    kdir = KERNELS_DIR / slug
+    own = [f for f in sorted(kdir.rglob("*")) if f.is_file() and "__pycache__" not in f.parts] if kdir.is_dir() else []
+    texts = [c.source for c in nb.cells if c.cell_type == "code"]
+    grader = ROOT / "cudl" / "grade" / f"ch{slug[:2]}.py"
+    for f in [*own, *([grader] if grader.is_file() else [])]:
+        if f.suffix in (".cu", ".cuh", ".h", ".py"):
+            texts.append(f.read_text())
+    extra: dict[str, Path] = {}
+    for text in texts:
+        for name in _KERNEL_PATH.findall(text):
+            if (KERNELS_DIR / name).is_file():
+                extra.setdefault(name, KERNELS_DIR / name)
+    pending = [*texts, *(f.read_text() for f in extra.values() if f.suffix in (".cu", ".cuh", ".h"))]
+    while pending:  # headers included by any of them (kernel sources in cells too), and by those headers
+        try:
+            found = local_includes(pending.pop(), "<notebook>")
+        except CompileError:  # a missing header fails where the kernel is compiled, not here
+            continue
+        for name, path in found:
+            if name not in extra:
+                extra[name] = path
+                pending.append(path.read_text())
+    mine = {f.resolve() for f in own}
+    return own + [extra[n] for n in sorted(extra) if extra[n].resolve() not in mine]
+
+
 def code_hash(nb: Any, slug: str) -> str:
-    """Hash of what produced the outputs: every code cell and the chapter's kernel sources."""
+    """Hash of what produced the outputs: every code cell and the kernel sources of kernel_files()."""
     h = hashlib.sha256()
     for cell in nb.cells:
         if cell.cell_type == "code":
             h.update(cell.source.strip().encode() + b"\0")
-    kdir = KERNELS_DIR / slug
-    if kdir.is_dir():
-        for f in sorted(kdir.rglob("*")):
-            if f.is_file() and "__pycache__" not in f.parts:  # bytecode of a helper script is not code
-                h.update(f.relative_to(KERNELS_DIR).as_posix().encode() + b"\0" + f.read_bytes())
+    for f in kernel_files(nb, slug):
+        h.update(f.relative_to(KERNELS_DIR).as_posix().encode() + b"\0" + f.read_bytes())
     return h.hexdigest()[:16]
 
 

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .backend import on_gpu
-from .compile import cuda_include_dirs, resolve, with_line_directive
+from .compile import include_options, resolve, with_line_directive
 
 
 def _cubin(source: str, shown: str, arch: str, options: Sequence[str]) -> bytes:
@@ -29,7 +29,7 @@ def _cubin(source: str, shown: str, arch: str, options: Sequence[str]) -> bytes:
 
     err, prog = nvrtc.nvrtcCreateProgram(with_line_directive(source, shown).encode(), shown.encode(), 0, [], [])
     try:
-        opts = [f"-arch={arch}", "-std=c++17", *options, *(f"-I{d}" for d in cuda_include_dirs())]
+        opts = [f"-arch={arch}", "-std=c++17", *options, *include_options()]
         (err,) = nvrtc.nvrtcCompileProgram(prog, len(opts), [o.encode() for o in opts])
         if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
             raise CompileError(f"{shown} does not compile for {arch}")

@@ -211,6 +211,33 @@ def test_code_hash_follows_code_and_kernels(tmp_path, monkeypatch):
     assert len({h1, h2, nbtools.code_hash(nb, "99-demo")}) == 3
 
 
+def test_code_hash_follows_includes_and_other_chapters_kernels(tmp_path, monkeypatch):
+    """Headers the chapter's kernels #include (recursively) and kernels a cell loads from another chapter by
+    path count; other files of that chapter do not."""
+    import nbformat
+
+    from cudl import compile as cc
+
+    monkeypatch.setattr(nbtools, "KERNELS_DIR", tmp_path)
+    monkeypatch.setattr(cc, "KERNELS_DIR", tmp_path)
+    (tmp_path / "99-demo").mkdir()
+    (tmp_path / "98-other").mkdir()
+    (tmp_path / "99-demo" / "k.cu").write_text('#include "98-other/outer.cuh"\n')
+    (tmp_path / "98-other" / "outer.cuh").write_text('#include "inner.cuh"\n')
+    inner, loaded, unrelated = (tmp_path / "98-other" / n for n in ("inner.cuh", "loaded.cu", "unrelated.cu"))
+    for f in (inner, loaded, unrelated):
+        f.write_text("// v1")
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell('k = cudl.load("98-other/loaded.cu", "k")')]
+    hashes = [nbtools.code_hash(nb, "99-demo")]
+    for f in (inner, loaded):
+        f.write_text("// v2")
+        hashes.append(nbtools.code_hash(nb, "99-demo"))
+    assert len(set(hashes)) == 3
+    unrelated.write_text("// v2")
+    assert nbtools.code_hash(nb, "99-demo") == hashes[-1]
+
+
 def test_bootstrap_cell_reads_config_url():
     url = nbtools.repository_url()
     assert url.startswith("https://github.com/")

@@ -317,7 +317,8 @@ def device() -> dict[str, Any]:
 _SHIMS = {p.name for p in INCLUDE.rglob("*") if p.is_file()}
 
 
-def nvrtc_check(source: str, shown: str, options: tuple[str, ...], names: tuple[str, ...]) -> dict[str, Any]:
+def nvrtc_check(source: str, shown: str, options: tuple[str, ...], names: tuple[str, ...],
+                includes: str = "") -> dict[str, Any]:
     """Compile with NVRTC first, as a GPU run would (CompileError with NVRTC's message when it refuses the
     source); registers and static shared memory per kernel for sm_80. Cached on disk by content hash.
     Returns {} where NVRTC (cuda-bindings + nvidia-cuda-nvrtc) is not installed, or CUDL_EMULATOR_NVRTC=0."""
@@ -328,7 +329,7 @@ def nvrtc_check(source: str, shown: str, options: tuple[str, ...], names: tuple[
     except ImportError:
         return {}
     version = ".".join(map(str, nvrtc.nvrtcVersion()[1:]))
-    key = "\0".join([version, *cc.cuda_include_dirs(), shown, *options, "|", *names, source])
+    key = "\0".join([version, *cc.include_options(), includes, shown, *options, "|", *names, source])
     key = hashlib.sha256(key.encode()).hexdigest()[:32]
     memo = cache_dir() / f"nvrtc-{key}.json"
     if memo.is_file():
@@ -352,7 +353,8 @@ def nvrtc_check(source: str, shown: str, options: tuple[str, ...], names: tuple[
 
 def compile_module(source: str, shown: str, options: tuple[str, ...], names: tuple[str, ...]) -> Module:
     """`names`: the kernels to launch (template instances as name expressions, e.g. `gelu<__half>`)."""
-    mod = _compile_module(source, shown, tuple(options), tuple(names))
+    includes = cc.includes_digest(source, shown)  # in the cache key: an edited header builds anew
+    mod = _compile_module(source, shown, tuple(options), tuple(names), includes)
     if checks_mode() & RACES and mod.index:  # build the instrumented library now, not inside the first launch
         mod._checked_entries(next(iter(mod.index.values())))
     return mod
@@ -362,9 +364,37 @@ def compile_module(source: str, shown: str, options: tuple[str, ...], names: tup
 _MATH_MACROS = ("INFINITY", "NAN", "HUGE_VALF", "HUGE_VAL")
 
 
+def header_flags(source: str, shown: str, options: tuple[str, ...] = ()) -> list[str]:
+    """-I of a cached folder that mirrors kernels_src/ with the headers the source includes (`#include "..."`,
+    recursively), each checked like the source (check_supported) and rewritten (inline PTX -> emulator calls),
+    a `#line` first so that messages name the header and its own lines. [] when the source includes none."""
+    texts = {}
+    for name, path in cc.local_includes(source, shown):
+        text = path.read_text()
+        check_supported(text, name, options)
+        texts[name] = f'#line 1 "{name}"\n' + rewrite(text, name)
+    if not texts:
+        return []
+    key = hashlib.sha256("\0".join(f"{n}\0{t}" for n, t in texts.items()).encode()).hexdigest()[:32]
+    d = cache_dir() / f"include-{key}"
+    if not d.is_dir():
+        tmp = Path(tempfile.mkdtemp(prefix="include-", dir=cache_dir()))
+        for name, text in texts.items():
+            (tmp / name).parent.mkdir(parents=True, exist_ok=True)
+            (tmp / name).write_text(text)
+        tmp.chmod(0o755)
+        try:
+            os.rename(tmp, d)  # atomic; another process may have won the race, which is fine
+        except OSError:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return [f"-I{d}"]
+
+
 @functools.lru_cache(maxsize=256)
-def _compile_module(source: str, shown: str, options: tuple[str, ...], names: tuple[str, ...]) -> Module:
+def _compile_module(source: str, shown: str, options: tuple[str, ...], names: tuple[str, ...],
+                    includes: str = "") -> Module:
     check_supported(source, shown, options)
+    hflags = header_flags(source, shown, options)
     flags = cc.define_flags(options)
     redefine = "".join(f"#define {f[2:].partition('=')[0]} {f.partition('=')[2] or 1}\n" for f in flags
                        if f.startswith("-D") and f[2:].partition("=")[0] in _MATH_MACROS)
@@ -384,12 +414,12 @@ def _compile_module(source: str, shown: str, options: tuple[str, ...], names: tu
                 '\n#line 1 "<cudl entry points>"\n' + entries + "\n" + accessors)
 
     def build(kernels: tuple[str, ...]) -> tuple[Path, str]:
-        return _build(text_for(kernels), "", [*pch, *flags], "kernel")
+        return _build(text_for(kernels), "", [*pch, *flags, *hflags], "kernel")
 
     kernels = tuple(dict.fromkeys([*found, *names]))
     with ThreadPoolExecutor(1) as pool:  # g++ builds while NVRTC checks
         first = pool.submit(build, kernels)
-        resources = nvrtc_check(source, shown, options, names)
+        resources = nvrtc_check(source, shown, options, names, includes)
         path, log = first.result()
     if log and kernels != names:
         kernels = names
@@ -401,7 +431,7 @@ def _compile_module(source: str, shown: str, options: tuple[str, ...], names: tu
     index = {k: i for i, k in enumerate(kernels)}
     index.update({k.split("::")[-1]: i for k, i in index.items() if "<" not in k})
     mod = Module(lib, rt, shown, index, fiber_kernels(source, list(kernels)), resources)
-    mod._check_inputs = (text_for(kernels), flags, source)  # for the instrumented build ("checks" below)
+    mod._check_inputs = (text_for(kernels), [*flags, *hflags], source)  # for the instrumented build ("checks" below)
     return mod
 
 

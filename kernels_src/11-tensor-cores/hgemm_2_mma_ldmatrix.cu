@@ -17,14 +17,11 @@
 // multiple of 32 (no bounds checks); A, B, C 16-byte aligned.
 
 #include <cuda_fp16.h>
+#include "11-tensor-cores/tc_ptx.cuh"  // mma.sync, ldmatrix, cp.async, wgmma wrappers
 
 #define BM 128
 #define BN 128
 #define BK 32
-
-#if __CUDA_ARCH__ >= 800 && !defined(HGEMM_SM75)
-#define HGEMM_K16 1
-#endif
 
 // Offsets (in halves) of element (r, k) of the A tile and (k, n) of the B tile.
 __device__ __forceinline__ int a_off(int r, int k) {
@@ -32,29 +29,6 @@ __device__ __forceinline__ int a_off(int r, int k) {
 }
 __device__ __forceinline__ int b_off(int k, int n) {
     return k * BN + ((((n >> 3) ^ k) & 7) | ((n >> 3) & ~7)) * 8 + (n & 7);
-}
-__device__ __forceinline__ unsigned smem_addr(const void* p) {
-    return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-
-// d += a b for one 16 x 8 tile, k = 16: a is 4 registers (2 halves each), b is 2.
-__device__ __forceinline__ void mma_16x8x16(float* d, const unsigned* a,
-                                            const unsigned* b) {
-#ifdef HGEMM_K16
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
-                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-#else  // sm_75: k 0-7 are a[0], a[1], b[0]; k 8-15 are a[2], a[3], b[1]
-    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 "
-                 "{%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(b[0]));
-    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 "
-                 "{%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[2]), "r"(a[3]), "r"(b[1]));
-#endif
 }
 
 extern "C" __global__ void __launch_bounds__(256)

@@ -17,6 +17,7 @@
 // Requires M a multiple of 128, N of BN, K of 32 (no bounds checks); 16-byte alignment.
 
 #include <cuda_fp16.h>
+#include "11-tensor-cores/tc_ptx.cuh"  // mma.sync, ldmatrix, cp.async, wgmma wrappers
 
 #define BM 128
 #ifndef BN
@@ -40,50 +41,11 @@ __device__ __forceinline__ int a_off(int r, int k) {
 __device__ __forceinline__ int b_off(int k, int n) {
     return k * BN + ((((n >> 3) ^ k) & 7) | ((n >> 3) & ~7)) * 8 + (n & 7);
 }
-__device__ __forceinline__ unsigned smem_addr(const void* p) {
-    return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
 
-// 16 bytes global -> shared; commit closes the group of this thread's copies issued so
-// far, wait leaves at most STAGES - 2 groups in flight.
-__device__ __forceinline__ void copy16(__half* dst, const __half* src) {
-#ifdef HGEMM_SM80
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n"
-                 :: "r"(smem_addr(dst)), "l"(src));
-#else
-    *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
-#endif
-}
-__device__ __forceinline__ void commit() {
-#ifdef HGEMM_SM80
-    asm volatile("cp.async.commit_group;\n" ::);
-#endif
-}
-__device__ __forceinline__ void wait_oldest() {
-#ifdef HGEMM_SM80
-    asm volatile("cp.async.wait_group %0;\n" :: "n"(STAGES - 2) : "memory");
-#endif
-}
-
-// d += a b for one 16 x 8 tile, k = 16 (as in hgemm_2).
-__device__ __forceinline__ void mma_16x8x16(float* d, const unsigned* a,
-                                            const unsigned* b) {
-#ifdef HGEMM_SM80
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
-                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-#else
-    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 "
-                 "{%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(b[0]));
-    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 "
-                 "{%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[2]), "r"(a[3]), "r"(b[1]));
-#endif
-}
+// cp.async groups: commit closes this thread's copies issued so far, wait_oldest
+// leaves at most STAGES - 2 groups in flight.
+__device__ __forceinline__ void commit() { cp_async_commit(); }
+__device__ __forceinline__ void wait_oldest() { cp_async_wait<STAGES - 2>(); }
 
 extern "C" __global__ void __launch_bounds__(256)
 hgemm_3_cp_async(int M, int N, int K, const __half* __restrict__ A,

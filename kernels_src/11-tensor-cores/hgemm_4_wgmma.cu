@@ -23,6 +23,7 @@
 //         on the CPU emulator) the kernels are empty: load them with -arch=sm_90a.
 
 #include <cuda_fp16.h>
+#include "11-tensor-cores/tc_ptx.cuh"  // mma.sync, ldmatrix, cp.async, wgmma wrappers
 
 #define BM 128
 #define BN 256
@@ -48,73 +49,7 @@
 #define HGEMM_SM90A 1
 #endif
 
-__device__ __forceinline__ unsigned smem_addr(const void* p) {
-    return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-// The 128-byte swizzle on a byte offset from a 1024-aligned base: bits 4-6 ^= bits 7-9.
-__device__ __forceinline__ unsigned swz(unsigned off) {
-    return off ^ (((off >> 7) & 7) << 4);
-}
-// Shared memory matrix descriptor: start, LBO and SBO in 16-byte units, 128B swizzle.
-__device__ __forceinline__ unsigned long long desc(unsigned addr, unsigned lbo,
-                                                   unsigned sbo) {
-    return (unsigned long long)((addr & 0x3FFFF) >> 4)
-         | (unsigned long long)((lbo & 0x3FFFF) >> 4) << 16
-         | (unsigned long long)((sbo & 0x3FFFF) >> 4) << 32
-         | 1ull << 62;
-}
-
 #ifdef HGEMM_SM90A
-// d (64 x 256 per warpgroup, 128 floats per thread) += A (64 x 16, K-major, at da)
-// x B (16 x 256, N-major: imm-trans-b = 1, at db).
-__device__ __forceinline__ void wgmma_64x256x16(float* d, unsigned long long da,
-                                                unsigned long long db) {
-    asm volatile(
-        "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 {"
-        "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
-        "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
-        "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
-        "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,"
-        "%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,"
-        "%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95,"
-        "%96,%97,%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,%110,%111,"
-        "%112,%113,%114,%115,%116,%117,%118,%119,"
-        "%120,%121,%122,%123,%124,%125,%126,%127}, "
-        "%128, %129, 1, 1, 1, 0, 1;\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
-          "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
-          "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
-          "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
-          "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
-          "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
-          "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]),
-          "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]),
-          "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]), "+f"(d[64]), "+f"(d[65]),
-          "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
-          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]),
-          "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]),
-          "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]),
-          "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
-          "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]),
-          "+f"(d[102]), "+f"(d[103]), "+f"(d[104]), "+f"(d[105]), "+f"(d[106]),
-          "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
-          "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]),
-          "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]),
-          "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]),
-          "+f"(d[127])
-        : "l"(da), "l"(db));
-}
-__device__ __forceinline__ void wgmma_fence() {
-    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-}
-__device__ __forceinline__ void wgmma_commit() {
-    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-}
-template <int N> __device__ __forceinline__ void wgmma_wait() {
-    asm volatile("wgmma.wait_group.sync.aligned %0;\n" :: "n"(N) : "memory");
-}
 // The 4 wgmma of one 64-wide K step for warpgroup wg: A rows 64 wg ... 64 wg + 63.
 // k16 step kk: A advances 32 bytes inside its swizzled rows, B two 1 KiB atoms.
 __device__ __forceinline__ void mma_step(float* d, unsigned a, unsigned b, int wg) {
@@ -185,36 +120,6 @@ hgemm_4_wgmma(int M, int N, int K, const __half* __restrict__ A,
     store_tile(C, N, row0 + wg * 64 + 16 * w + lane / 4, col0 + 2 * (lane % 4), d);
 #endif
 }
-
-#ifdef HGEMM_SM90A
-__device__ __forceinline__ void mbar_init(unsigned bar, unsigned count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" :: "r"(bar), "r"(count));
-}
-__device__ __forceinline__ void mbar_arrive(unsigned bar) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" :: "r"(bar) : "memory");
-}
-// arrive and announce the bytes the TMA copies will deliver to this barrier's phase
-__device__ __forceinline__ void mbar_expect(unsigned bar, unsigned bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n"
-                 :: "r"(bar), "r"(bytes) : "memory");
-}
-// spin until the phase of parity `parity` has completed
-__device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
-    unsigned done = 0;
-    while (!done)
-        asm volatile("{\n.reg .pred p;\n"
-                     "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-                     "selp.u32 %0, 1, 0, p;\n}\n"
-                     : "=r"(done) : "r"(bar), "r"(parity) : "memory");
-}
-// one 2-D tile of a tensor map into shared memory; x is the contiguous coordinate
-__device__ __forceinline__ void tma_load(unsigned dst, const void* map, int x, int y,
-                                         unsigned bar) {
-    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile"
-                 ".mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
-                 :: "r"(dst), "l"(map), "r"(x), "r"(y), "r"(bar) : "memory");
-}
-#endif
 
 // map_a: A as K x M (contiguous K), box 64 x 128; map_b: B as N x K, box 64 x 64; both
 // with the 128-byte swizzle.

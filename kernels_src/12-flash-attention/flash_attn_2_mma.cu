@@ -26,6 +26,7 @@
 // Q, K, V 16-byte aligned.
 
 #include <cuda_fp16.h>
+#include "11-tensor-cores/tc_ptx.cuh"  // mma.sync, ldmatrix, cp.async, wgmma wrappers
 
 #ifndef HEAD_DIM
 #define HEAD_DIM 128
@@ -56,9 +57,6 @@ static_assert(D % 64 == 0 && BC % 16 == 0 && BR <= 2 * BC, "tile shape");
 __device__ __forceinline__ int off(int r, int c) {
     return r * D + ((((c >> 3) ^ r) & 7) | ((c >> 3) & ~7)) * 8 + (c & 7);
 }
-__device__ __forceinline__ unsigned smem_addr(const void* p) {
-    return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
 
 // Copy rows row0 .. row0 + rows - 1 of an [S, D] matrix into a swizzled tile; rows past S
 // become zeros (cp.async with source size 0 reads nothing and fills the 16 bytes with 0).
@@ -68,57 +66,12 @@ __device__ __forceinline__ void load_tile(__half* tile, const __half* __restrict
         const int r = c / (D / 8), col = (c % (D / 8)) * 8;
         const bool valid = row0 + r < S;
         const __half* g = src + (size_t)(valid ? row0 + r : 0) * D + col;
-#ifdef FLASH_SM80
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
-                     :: "r"(smem_addr(&tile[off(r, col)])), "l"(g), "r"(valid ? 16 : 0));
-#else
-        *reinterpret_cast<uint4*>(&tile[off(r, col)]) =
-            valid ? *reinterpret_cast<const uint4*>(g) : make_uint4(0, 0, 0, 0);
-#endif
+        copy16_zfill(&tile[off(r, col)], g, valid);
     }
 }
-__device__ __forceinline__ void commit() {
-#ifdef FLASH_SM80
-    asm volatile("cp.async.commit_group;\n" ::);
-#endif
-}
+__device__ __forceinline__ void commit() { cp_async_commit(); }
 __device__ __forceinline__ void wait_all_but_newest() {  // the older group has landed
-#ifdef FLASH_SM80
-    asm volatile("cp.async.wait_group 1;\n" ::: "memory");
-#endif
-}
-
-// d += a b for one 16 x 8 tile, k = 16: a is 4 registers (2 halves each), b is 2.
-__device__ __forceinline__ void mma_16x8x16(float* d, const unsigned* a,
-                                            const unsigned* b) {
-#ifdef FLASH_SM80
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
-                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-#else  // sm_75: k 0-7 are a[0], a[1], b[0]; k 8-15 are a[2], a[3], b[1]
-    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 "
-                 "{%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(b[0]));
-    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 "
-                 "{%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[2]), "r"(a[3]), "r"(b[1]));
-#endif
-}
-
-__device__ __forceinline__ void ldmatrix_x4(unsigned* r, const __half* p) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_addr(p)));
-}
-__device__ __forceinline__ void ldmatrix_x4_trans(unsigned* r, const __half* p) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_addr(p)));
-}
-__device__ __forceinline__ unsigned pack_half2(float lo, float hi) {
-    __half2 h = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<unsigned*>(&h);
+    cp_async_wait<1>();
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)

@@ -19,6 +19,7 @@
 // (64 WGS + 256) * 256 + 1024 bytes. Head dimension 128 only; Q, K, V 16-byte aligned.
 
 #include <cuda_fp16.h>
+#include "11-tensor-cores/tc_ptx.cuh"  // mma.sync, ldmatrix, cp.async, wgmma wrappers
 
 #ifndef WGS
 #define WGS 2
@@ -41,23 +42,6 @@
 #define FLASH_SM90A 1
 #endif
 
-__device__ __forceinline__ unsigned smem_addr(const void* p) {
-    return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-// The 128-byte swizzle of a byte offset from a 1 KiB-aligned block: bits 4-6 ^= bits 7-9.
-__device__ __forceinline__ unsigned swz(unsigned off) {
-    return off ^ (((off >> 7) & 7) << 4);
-}
-// Shared memory matrix descriptor: start address, leading and stride byte offsets (in
-// 16-byte units), 128-byte swizzle (bits 62-63 = 1).
-__device__ __forceinline__ unsigned long long desc(unsigned addr, unsigned lbo,
-                                                   unsigned sbo) {
-    return (unsigned long long)((addr & 0x3FFFF) >> 4)
-         | (unsigned long long)((lbo & 0x3FFFF) >> 4) << 16
-         | (unsigned long long)((sbo & 0x3FFFF) >> 4) << 32
-         | 1ull << 62;
-}
-
 #ifdef FLASH_SM90A
 // Rows row0 .. row0 + rows - 1 of an [S, 128] matrix into a tile at byte address `tile`
 // (two column blocks of rows x 128 bytes); rows past S are zero-filled.
@@ -68,65 +52,19 @@ __device__ __forceinline__ void load_tile(unsigned tile, const __half* __restric
         const bool valid = row0 + r < S;
         const __half* g = src + (size_t)(valid ? row0 + r : 0) * D + cc * 8;
         const unsigned dst = tile + (cc / 8) * rows * 128 + swz(r * 128 + (cc % 8) * 16);
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
-                     :: "r"(dst), "l"(g), "r"(valid ? 16 : 0));
+        cp_async16_zfill(dst, g, valid ? 16 : 0);
     }
 }
 
-__device__ __forceinline__ void wgmma_fence() {
-    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-}
 __device__ __forceinline__ void wgmma_commit_and_wait() {
-    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+    wgmma_commit();
+    wgmma_wait<0>();
 }
-// d (64 x 64 per warpgroup, 32 floats per thread) += A (64 x 16 of Q, K-major, at da)
-// x B (16 x 64 of K^T: K's rows are K-major columns, at db).
-__device__ __forceinline__ void wgmma_qk(float* d, unsigned long long da,
-                                         unsigned long long db) {
-    asm volatile(
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {"
-        "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
-        "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31"
-        "}, %32, %33, 1, 1, 1, 0, 0;\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
-          "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
-          "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
-          "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
-          "+f"(d[30]), "+f"(d[31])
-        : "l"(da), "l"(db));
-}
-// d (64 x 128, 64 floats per thread) += A (64 x 16 of P, 4 registers per thread in the
-// mma.sync A layout) x B (16 x 128 of V, N-major: imm-trans-b = 1, at db).
-__device__ __forceinline__ void wgmma_pv(float* d, const unsigned* a,
-                                         unsigned long long db) {
-    asm volatile(
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {"
-        "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
-        "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
-        "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
-        "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63"
-        "}, {%64,%65,%66,%67}, %68, 1, 1, 1, 1;\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
-          "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
-          "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
-          "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]),
-          "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),
-          "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]),
-          "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]),
-          "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]),
-          "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db));
-}
+// S += Q K^T (both K-major in shared memory) and O += P V (P in registers, V read
+// transposed): the wgmma shapes of tc_ptx.cuh that this kernel uses.
+#define wgmma_qk wgmma_64x64x16
+#define wgmma_pv wgmma_64x128x16_rs
 #endif
-
-__device__ __forceinline__ unsigned pack_half2(float lo, float hi) {
-    __half2 h = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<unsigned*>(&h);
-}
 
 extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
 flash_attn_4_wgmma(int S, float scale, int causal, const __half* __restrict__ Q,

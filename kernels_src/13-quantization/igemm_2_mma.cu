@@ -15,6 +15,7 @@
 // Launch: block 256, grid (N / 128, M / 128). Requires M, N multiples of 128 and K a
 // multiple of 64 (no bounds checks); A, B, C 16-byte aligned.
 
+#include "11-tensor-cores/tc_ptx.cuh"  // mma.sync, ldmatrix, cp.async, wgmma wrappers
 
 #define BM 128
 #define BN 128
@@ -31,52 +32,10 @@
 __device__ __forceinline__ int tile_off(int r, int k) {
     return r * BK + ((((k >> 4) ^ (r >> 1)) & 3) << 4) + (k & 15);
 }
-__device__ __forceinline__ unsigned smem_addr(const void* p) {
-    return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void copy16(signed char* dst, const signed char* src) {
-#ifdef IGEMM_SM80
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n"
-                 :: "r"(smem_addr(dst)), "l"(src));
-#else
-    *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
-#endif
-}
-__device__ __forceinline__ void commit() {
-#ifdef IGEMM_SM80
-    asm volatile("cp.async.commit_group;\n" ::);
-#endif
-}
-__device__ __forceinline__ void wait_oldest() {
-#ifdef IGEMM_SM80
-    asm volatile("cp.async.wait_group %0;\n" :: "n"(STAGES - 2) : "memory");
-#endif
-}
-
-// d += a b for one 16 x 8 tile, k = 32: a is 4 registers (4 int8 each), b is 2
-__device__ __forceinline__ void mma_16x8x32(int* d, const unsigned* a,
-                                            const unsigned* b) {
-#ifdef IGEMM_SM80
-    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 "
-                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-#else
-    // rows g (d0, d1) and g + 8 (d2, d3); k 0-15 (a0/a1, b0) and 16-31 (a2/a3, b1)
-    asm volatile("mma.sync.aligned.m8n8k16.row.col.s32.s8.s8.s32 "
-                 "{%0,%1}, {%2}, {%3}, {%0,%1};\n"
-                 : "+r"(d[0]), "+r"(d[1]) : "r"(a[0]), "r"(b[0]));
-    asm volatile("mma.sync.aligned.m8n8k16.row.col.s32.s8.s8.s32 "
-                 "{%0,%1}, {%2}, {%3}, {%0,%1};\n"
-                 : "+r"(d[0]), "+r"(d[1]) : "r"(a[2]), "r"(b[1]));
-    asm volatile("mma.sync.aligned.m8n8k16.row.col.s32.s8.s8.s32 "
-                 "{%0,%1}, {%2}, {%3}, {%0,%1};\n"
-                 : "+r"(d[2]), "+r"(d[3]) : "r"(a[1]), "r"(b[0]));
-    asm volatile("mma.sync.aligned.m8n8k16.row.col.s32.s8.s8.s32 "
-                 "{%0,%1}, {%2}, {%3}, {%0,%1};\n"
-                 : "+r"(d[2]), "+r"(d[3]) : "r"(a[3]), "r"(b[1]));
-#endif
-}
+// cp.async groups: commit closes this thread's copies issued so far, wait_oldest
+// leaves at most STAGES - 2 groups in flight.
+__device__ __forceinline__ void commit() { cp_async_commit(); }
+__device__ __forceinline__ void wait_oldest() { cp_async_wait<STAGES - 2>(); }
 
 extern "C" __global__ void __launch_bounds__(256)
 igemm_2_mma(int M, int N, int K, const signed char* __restrict__ A,

@@ -108,7 +108,7 @@ MUTANTS = {
                             ': "=r"(b[j][0]), "=r"(b[j + 1][0]), "=r"(b[j][1]),'),
     "unswizzled-store": ("hgemm_2_mma_ldmatrix", "&As[a_off(r, k)]) =", "&As[r * BK + k]) ="),
     "no-wait-group": ("hgemm_3_cp_async", "        wait_oldest();    //", "        //"),
-    "wait-group-too-loose": ("hgemm_3_cp_async", '"n"(STAGES - 2)', '"n"(STAGES - 1)'),
+    "wait-group-too-loose": ("hgemm_3_cp_async", "cp_async_wait<STAGES - 2>", "cp_async_wait<STAGES - 1>"),
     "no-barrier-after-stores": ("hgemm_2_mma_ldmatrix", "        }\n        __syncthreads();\n",
                                 "        }\n"),
     "no-barrier-before-overwrite": ("hgemm_2_mma_ldmatrix", "        __syncthreads();  // before", "//"),

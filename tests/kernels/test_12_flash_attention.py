@@ -149,7 +149,7 @@ MUTANTS = {
     "p-fragment-halves-swapped": (K2, "pack_half2(s[2 * kk][2], s[2 * kk][3]),",
                                   "pack_half2(s[2 * kk + 1][0], s[2 * kk + 1][1]),"),
     "row-sum-not-reduced": (K3, "sum += __shfl_xor_sync(0xffffffffu, sum, 2);", ""),
-    "no-wait-group": (K2, '    asm volatile("cp.async.wait_group 1;\\n" ::: "memory");', ""),
+    "no-wait-group": (K2, "    cp_async_wait<1>();", ""),
     "no-barrier-before-refill": (K3, "        __syncthreads();  // the slot is refilled", "//"),
 }
 # right by luck of order on the emulator: its race check must stop it. The race check does not see the writes
