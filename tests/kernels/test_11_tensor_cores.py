@@ -36,7 +36,7 @@ def shared_bytes(name: str, options=()) -> int:
     if name != "hgemm_3_cp_async":
         return 0
     d = dict(o[2:].split("=") for o in options if o.startswith("-D") and "=" in o)
-    return int(d.get("STAGES", 3)) * (128 + int(d.get("BN", 128))) * 32 * 2
+    return int(d.get("STAGES", 3)) * (128 + int(d.get("BN", 128))) * int(d.get("BK", 32)) * 2
 
 
 def relative_error(name: str, M: int, N: int, K: int, options=(), k_arg: int | None = None,
@@ -76,6 +76,24 @@ def test_hgemm_1_wmma_128_tile():
     """The WMMA kernel with a 128 x 128 tile of 8 warps (64 x 32 each)."""
     opts = ("-DBM=128", "-DBN=128", "-DWARPS_N=4")
     err = relative_error("hgemm_1_wmma", 128, 256, 64, opts, launch=(256, (128, 128), 32))
+    assert err < TOL, f"relative error {err:.2e}"
+
+
+@pytest.mark.parametrize("opts,threads,tile", [
+    (("-DDOUBLE_BUFFER",), 128, (64, 64)),
+    (("-DDOUBLE_BUFFER", "-DBM=128", "-DBN=128", "-DWARPS_N=4"), 256, (128, 128)),
+    (("-DBM=128", "-DBN=256", "-DWARPS_N=4"), 256, (128, 256))])
+def test_hgemm_1_wmma_variants(opts, threads, tile):
+    """The WMMA variants of the GPU sweep: double-buffered tiles (one barrier per step), and the
+    128 x 256 tile (warp tile 64 x 64)."""
+    err = relative_error("hgemm_1_wmma", 256, 512, 160, opts, bn=tile[1], launch=(threads, tile, 32))
+    assert err < TOL, f"{opts}: relative error {err:.2e}"
+
+
+def test_hgemm_3_k64_step():
+    """Kernel 3 with a 64-wide K step (128-byte rows of A, swizzled by c ^ (r % 8))."""
+    opts = ("-DBK=64", "-DSTAGES=2")
+    err = relative_error("hgemm_3_cp_async", 128, 256, 320, opts, launch=(256, (128, 128), 64))
     assert err < TOL, f"relative error {err:.2e}"
 
 
