@@ -188,23 +188,30 @@ def test_ldmatrix_bank_conflicts(name, swizzled, options):
     assert ways == pytest.approx(expected), f"{name} swizzled={swizzled}: {ways}-way loads"
 
 
-@pytest.mark.parametrize("kernel,threads", [("hgemm_4_wgmma", 256), ("hgemm_5_wgmma_tma", 384)])
-def test_wgmma_kernels_on_hopper(kernel, threads):
-    """Kernels 4 and 5 (wgmma, TMA: sm_90a only) against float64, on an sm_90 GPU under `make gpu-test`."""
+@pytest.mark.parametrize("kernel,threads,options", [
+    ("hgemm_4_wgmma", 256, ()), ("hgemm_4_wgmma", 256, ("-DIN_FLIGHT=2", "-DGROUP_M=8")),
+    ("hgemm_5_wgmma_tma", 384, ()), ("hgemm_5_wgmma_tma", 384, ("-DGROUP_M=8", "-DSETMAXNREG")),
+    ("hgemm_5_wgmma_tma", 384, ("-DPERSISTENT", "-DGROUP_M=8"))])
+def test_wgmma_kernels_on_hopper(kernel, threads, options):
+    """Kernels 4 and 5 (wgmma, TMA: sm_90a only) and their tuning options against float64, on an sm_90
+    GPU under `make gpu-test`."""
     if not cudl.on_gpu() or cudl.device_info()["cc"] != "9.0":
         pytest.skip("wgmma and TMA run on sm_90 GPUs only (not on the emulator)")
     from cudl.tma import tensor_map_2d
 
-    k = cudl.load("11-tensor-cores/hgemm_4_wgmma.cu", kernel, options=["-arch=sm_90a"])
+    k = cudl.load("11-tensor-cores/hgemm_4_wgmma.cu", kernel, options=["-arch=sm_90a", *options])
     smem = 4 * (128 * 64 + 64 * 256) * 2 + 1024 + 16 * 4
-    for M, N, K in ((128, 256, 64), (384, 768, 4096)):
+    for M, N, K in ((128, 256, 64), (384, 768, 4096), (2560, 4096, 512)):
         rng = np.random.default_rng()
         a = rng.standard_normal((M, K)).astype(np.float16)
         b = rng.standard_normal((K, N)).astype(np.float16)
         A, B, C = cudl.xp.asarray(a), cudl.xp.asarray(b), cudl.poisoned((M, N))
         args = (M, N, K, tensor_map_2d(A, (128, 64)), tensor_map_2d(B, (64, 64)), C) \
             if kernel == "hgemm_5_wgmma_tma" else (M, N, K, A, B, C)
-        k((N // 256, M // 128), threads, args, shared_mem=smem)
+        grid = (N // 256, M // 128)
+        if "-DPERSISTENT" in options:  # one block per SM (at most), looping over the tiles
+            grid = (min(cudl.device_info()["sms"], grid[0] * grid[1]),)
+        k(grid, threads, args, shared_mem=smem)
         ref = a.astype(np.float64) @ b.astype(np.float64)
         got = cudl.to_numpy(C).astype(np.float64)
         assert np.linalg.norm(got - ref) / np.linalg.norm(ref) < TOL, (kernel, M, N, K)
