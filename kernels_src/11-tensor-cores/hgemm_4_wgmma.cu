@@ -15,12 +15,15 @@
 //                     signals their arrival through mbarriers; warpgroups 1 and 2 only
 //                     issue wgmma. Tensor maps (cuTensorMapEncodeTiled on the host,
 //                     cudl.tma) live in global memory, 128 bytes each.
+// Options: -DSTAGES (4), -DGROUP_M=8 (tiles in bands), -DIN_FLIGHT=2 (kernel 4),
+// -DSETMAXNREG and -DPERSISTENT (kernel 5); see their definitions below.
 // Limit: the targets are 90% of cuBLAS at 4096^3 on the H100 for hgemm_5; cuBLAS adds
-// clusters with TMA multicast, persistent blocks, a TMA store epilogue, setmaxnreg.
+// clusters with TMA multicast, a TMA store epilogue, ping-pong consumers.
 // Launch: hgemm_4: block 256, grid (N / 256, M / 128), shared_mem = SMEM_BYTES;
-//         hgemm_5: block 384, same grid and shared memory. M multiple of 128, N of 256,
-//         K of 64 (no bounds checks); 16-byte aligned rows. Compiled for other GPUs (and
-//         on the CPU emulator) the kernels are empty: load them with -arch=sm_90a.
+//         hgemm_5: block 384, same grid and shared memory (with -DPERSISTENT: grid of
+//         min(SMs, tiles) blocks). M multiple of 128, N of 256, K of 64 (no bounds
+//         checks); 16-byte aligned rows. Compiled for other GPUs (and on the CPU
+//         emulator) the kernels are empty: load them with -arch=sm_90a.
 
 #include <cuda_fp16.h>
 
