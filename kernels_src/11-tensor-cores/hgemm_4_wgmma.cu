@@ -53,7 +53,7 @@
 #define GROUP_M 0
 #endif
 // IN_FLIGHT (kernel 4): wgmma groups left running while the next step's copies start
-// (1: wait for all, 2: the previous step's may still run; then loads run STAGES - 2 ahead)
+// (1: wait for all; 2: the previous step's may still run, loads run STAGES - 2 ahead)
 #ifndef IN_FLIGHT
 #define IN_FLIGHT 1
 #endif
@@ -65,7 +65,8 @@
 #endif
 
 // Tile (tm, tn) of the t-th block in launch order: row by row, or in bands of GROUP_M.
-__device__ __forceinline__ void tile_of(int t, int tiles_m, int tiles_n, int& tm, int& tn) {
+__device__ __forceinline__ void tile_of(int t, int tiles_m, int tiles_n, int& tm,
+                                        int& tn) {
 #if GROUP_M > 0
     const int band = GROUP_M * tiles_n, first = (t / band) * GROUP_M;
     const int rows = min(tiles_m - first, GROUP_M);
@@ -277,7 +278,7 @@ hgemm_5_wgmma_tma(int M, int N, int K, const unsigned long long* __restrict__ ma
     }
     __syncthreads();
 
-    // `it` counts K steps over all tiles of this block: slot it % STAGES, round it / STAGES
+    // `it` counts K steps over all tiles of the block: slot it % STAGES, round it / STAGES
     if (wg == 0) {  // producer: one thread keeps the ring full
 #ifdef SETMAXNREG
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
