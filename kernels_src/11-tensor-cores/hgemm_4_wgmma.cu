@@ -278,7 +278,7 @@ hgemm_5_wgmma_tma(int M, int N, int K, const unsigned long long* __restrict__ ma
     }
     __syncthreads();
 
-    // `it` counts K steps over all tiles of the block: slot it % STAGES, round it / STAGES
+    // `it` counts the K steps of all the tiles: slot it % STAGES, round it / STAGES
     if (wg == 0) {  // producer: one thread keeps the ring full
 #ifdef SETMAXNREG
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
