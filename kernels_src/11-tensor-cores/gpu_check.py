@@ -4,6 +4,8 @@ same process.
 
     python3 kernels_src/11-tensor-cores/gpu_check.py           # the chapter's kernels
     python3 kernels_src/11-tensor-cores/gpu_check.py --sweep   # and every tuning variant (-D flags)
+    python3 kernels_src/11-tensor-cores/gpu_check.py --side    # the chapter's picks, each timed in
+                                                               # turn with cuBLAS (clocks drift)
 
 Each variant is first checked on three shapes (fresh random fp16 inputs, NaN-poisoned C, relative error
 by norm vs float64 < 1e-3); only the correct ones are timed. Prints a table last: ms, TFLOP/s, % of
@@ -25,7 +27,10 @@ D = "11-tensor-cores"
 torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction = False
 parser = argparse.ArgumentParser()
 parser.add_argument("--sweep", action="store_true", help="time every tuning variant too")
-SWEEP = parser.parse_args().sweep
+parser.add_argument("--side", action="store_true",
+                    help="only the chapter's picks, alternating with cuBLAS (5 rounds, medians)")
+ARGS = parser.parse_args()
+SWEEP = ARGS.sweep
 cc = torch.cuda.get_device_capability()
 SMS = torch.cuda.get_device_properties(0).multi_processor_count
 T0 = time.time()
@@ -54,18 +59,22 @@ if SWEEP:
             VARIANTS[f"3 cp.async {bn} k{bk} s{st}"] = (
                 "hgemm_3_cp_async", "hgemm_3_cp_async", 256, (128, bn, bk),
                 (f"-DBN={bn}", f"-DBK={bk}", f"-DSTAGES={st}"))
+if ARGS.side:
+    VARIANTS["1 wmma 128x128 dbuf"] = ("hgemm_1_wmma", "hgemm_1_wmma", 256, (128, 128, 32),
+                                       (*W128, "-DDOUBLE_BUFFER"))
 if cc == (9, 0):
     K4 = ("hgemm_4_wgmma", "hgemm_4_wgmma", 256, (128, 256, 64))
     K5 = ("hgemm_4_wgmma", "hgemm_5_wgmma_tma", 384, (128, 256, 64))
-    VARIANTS["4 wgmma s4"] = (*K4, ("-DSTAGES=4",))
+    VARIANTS["4 wgmma s4"] = (*K4, ("-DSTAGES=4", "-DIN_FLIGHT=1"))
     VARIANTS["5 wgmma+tma s4"] = (*K5, ("-DSTAGES=4",))
     if SWEEP:  # a stage is 48 KiB: 5 stages (241 KiB) do not fit the 227 KiB of a block
         for st in (2, 3):
-            VARIANTS[f"4 wgmma s{st}"] = (*K4, (f"-DSTAGES={st}",))
+            VARIANTS[f"4 wgmma s{st}"] = (*K4, (f"-DSTAGES={st}", "-DIN_FLIGHT=1"))
             VARIANTS[f"5 wgmma+tma s{st}"] = (*K5, (f"-DSTAGES={st}",))
         for st in (3, 4):
             VARIANTS[f"4 wgmma s{st} 2 in flight"] = (*K4, (f"-DSTAGES={st}", "-DIN_FLIGHT=2"))
-        VARIANTS["4 wgmma s4 group8"] = (*K4, ("-DSTAGES=4", "-DGROUP_M=8"))
+        VARIANTS["4 wgmma s4 2 in flight group8"] = (*K4, ("-DSTAGES=4", "-DIN_FLIGHT=2",
+                                                            "-DGROUP_M=8"))
         for extra in (("-DGROUP_M=8",), ("-DGROUP_M=16",), ("-DSETMAXNREG",),
                       ("-DGROUP_M=8", "-DSETMAXNREG"), ("-DPERSISTENT",),
                       ("-DPERSISTENT", "-DGROUP_M=8"), ("-DPERSISTENT", "-DGROUP_M=16"),
@@ -74,6 +83,11 @@ if cc == (9, 0):
             VARIANTS[f"5 wgmma+tma s4 {label}"] = (*K5, ("-DSTAGES=4", *extra))
         VARIANTS["5 wgmma+tma s3 persistent group8"] = (*K5, ("-DSTAGES=3", "-DPERSISTENT",
                                                               "-DGROUP_M=8"))
+    if ARGS.side:
+        VARIANTS["4 wgmma s4 2 in flight"] = (*K4, ("-DSTAGES=4", "-DIN_FLIGHT=2"))
+        for extra in (("-DGROUP_M=8",), ("-DPERSISTENT",), ("-DPERSISTENT", "-DGROUP_M=16")):
+            label = " ".join(e[2:].lower().replace("group_m=", "group") for e in extra)
+            VARIANTS[f"5 wgmma+tma s4 {label}"] = (*K5, ("-DSTAGES=4", *extra))
 
 
 def defines(opts) -> dict[str, str]:
@@ -149,6 +163,20 @@ rows.append(f"{'cuBLAS fp16 out (torch.matmul)':36s} {t_blas16.ms:7.3f} ms {t_bl
             f"{100 * t_blas.ms / t_blas16.ms:5.1f}%")
 a, b = cudl.xp.asarray(a16), cudl.xp.asarray(b16)
 c = cudl.xp.empty((n, n), dtype=np.float32)
+if ARGS.side:  # each kernel and cuBLAS in turn, 5 rounds; medians
+    def blas():
+        return torch.mm(a16, b16, out_dtype=torch.float32)
+    for name in ok:
+        k, run = launcher(name, n, n, n, a, b, c)
+        mine, ref_ms = [], []
+        for _ in range(5):
+            ref_ms.append(cudl.bench(blas, flops=flops, compute="fp16", rep_ms=40).ms)
+            mine.append(cudl.bench(run, flops=flops, compute="fp16", rep_ms=40).ms)
+        km, bm = float(np.median(mine)), float(np.median(ref_ms))
+        rows.append(f"{name:36s} {km:7.3f} ms {flops / km / 1e9:6.1f} TF/s {100 * bm / km:5.1f}% "
+                    f"of cuBLAS alongside ({bm:.3f} ms, range {min(ref_ms):.3f}-{max(ref_ms):.3f})")
+        print(rows[-1], flush=True)
+    ok = []
 for name in ok:
     try:
         k, run = launcher(name, n, n, n, a, b, c)

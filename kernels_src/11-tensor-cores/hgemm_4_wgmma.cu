@@ -55,7 +55,7 @@
 // IN_FLIGHT (kernel 4): wgmma groups left running while the next step's copies start
 // (1: wait for all; 2: the previous step's may still run, loads run STAGES - 2 ahead)
 #ifndef IN_FLIGHT
-#define IN_FLIGHT 1
+#define IN_FLIGHT 2  // the chapter times 1 and 2
 #endif
 // SETMAXNREG (kernel 5): the producer gives registers back (40), the consumers take them
 // (232 each); PERSISTENT (kernel 5): a grid of one block per SM loops over the tiles.

@@ -189,7 +189,7 @@ def test_ldmatrix_bank_conflicts(name, swizzled, options):
 
 
 @pytest.mark.parametrize("kernel,threads,options", [
-    ("hgemm_4_wgmma", 256, ()), ("hgemm_4_wgmma", 256, ("-DIN_FLIGHT=2", "-DGROUP_M=8")),
+    ("hgemm_4_wgmma", 256, ()), ("hgemm_4_wgmma", 256, ("-DIN_FLIGHT=1", "-DGROUP_M=8")),
     ("hgemm_5_wgmma_tma", 384, ()), ("hgemm_5_wgmma_tma", 384, ("-DGROUP_M=8", "-DSETMAXNREG")),
     ("hgemm_5_wgmma_tma", 384, ("-DPERSISTENT", "-DGROUP_M=8"))])
 def test_wgmma_kernels_on_hopper(kernel, threads, options):
