@@ -48,6 +48,9 @@ if SWEEP:
                                      ("-DDOUBLE_BUFFER",))
     VARIANTS["1 wmma 128x128 dbuf"] = ("hgemm_1_wmma", "hgemm_1_wmma", 256, (128, 128, 32),
                                        (*W128, "-DDOUBLE_BUFFER"))
+    VARIANTS["1 wmma 128x128 4 warps dbuf"] = ("hgemm_1_wmma", "hgemm_1_wmma", 128, (128, 128, 32),
+                                               ("-DBM=128", "-DBN=128", "-DWARPS_N=2",
+                                                "-DDOUBLE_BUFFER"))
     VARIANTS["1 wmma 128x256"] = ("hgemm_1_wmma", "hgemm_1_wmma", 256, (128, 256, 32),
                                   ("-DBM=128", "-DBN=256", "-DWARPS_N=4"))
     VARIANTS["2 sm75 path"] = ("hgemm_2_mma_ldmatrix", "hgemm_2_mma_ldmatrix", 256, (128, 128, 32),

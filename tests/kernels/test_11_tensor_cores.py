@@ -82,10 +82,11 @@ def test_hgemm_1_wmma_128_tile():
 @pytest.mark.parametrize("opts,threads,tile", [
     (("-DDOUBLE_BUFFER",), 128, (64, 64)),
     (("-DDOUBLE_BUFFER", "-DBM=128", "-DBN=128", "-DWARPS_N=4"), 256, (128, 128)),
-    (("-DBM=128", "-DBN=256", "-DWARPS_N=4"), 256, (128, 256))])
+    (("-DBM=128", "-DBN=256", "-DWARPS_N=4"), 256, (128, 256)),
+    (("-DDOUBLE_BUFFER", "-DBM=128", "-DBN=128", "-DWARPS_N=2"), 128, (128, 128))])
 def test_hgemm_1_wmma_variants(opts, threads, tile):
-    """The WMMA variants of the GPU sweep: double-buffered tiles (one barrier per step), and the
-    128 x 256 tile (warp tile 64 x 64)."""
+    """The WMMA variants of the GPU sweep: double-buffered tiles (one barrier per step), and warp tiles
+    of 64 x 64 (8 warps on 128 x 256, 4 on 128 x 128)."""
     err = relative_error("hgemm_1_wmma", 256, 512, 160, opts, bn=tile[1], launch=(threads, tile, 32))
     assert err < TOL, f"{opts}: relative error {err:.2e}"
 
