@@ -740,7 +740,7 @@ struct ReqKey {
 struct ReqHash {
     size_t operator()(const ReqKey& k) const { return ((size_t)k.pc * 0x9E3779B97F4A7C15ull) ^ ((size_t)k.k << 20) ^ k.warp; }
 };
-struct Req { uint8_t kind, write, n; uintptr_t addr[32]; uint16_t size[32]; };
+struct Req { uint8_t kind, write, n; uintptr_t addr[32]; uint16_t size[32]; uint8_t lane[32]; };
 struct Agg { unsigned long long pc, kind, write, requests, units, ideal, lanes; };  // units: sectors / wavefronts
 struct CheckState {
     std::vector<Region> regs;
@@ -857,16 +857,27 @@ static void ck_flush(CheckState* c) {
             }
             ideal = (bytes + 31) / 32;
         } else {  // shared: 32 banks of 4-byte words; wavefronts = most distinct words in one bank
-            for (unsigned l = 0; l < q.n; l++)
-                for (uintptr_t s = q.addr[l] >> 2; s <= (q.addr[l] + q.size[l] - 1) >> 2 && m < 32 * 5; s++) v[m++] = s;
-            std::sort(v, v + m);
-            unsigned nw = (unsigned)(std::unique(v, v + m) - v), per_bank[32] = {0}, most = 0;
-            for (unsigned i = 0; i < nw; i++) {
-                unsigned b = (unsigned)(v[i] & 31);
-                if (++per_bank[b] > most) most = per_bank[b];
+            // 16-byte accesses (uint4, ldmatrix rows) are served a quarter-warp (8 lanes) per phase, and a
+            // bank conflict exists only inside a phase; smaller accesses, the whole warp at once.
+            bool quarters = true;
+            for (unsigned l = 0; l < q.n; l++) quarters = quarters && q.size[l] == 16;
+            for (unsigned phase = 0; phase < (quarters ? 4u : 1u); phase++) {
+                m = 0;
+                for (unsigned l = 0; l < q.n; l++) {
+                    if (quarters && q.lane[l] / 8 != phase) continue;
+                    for (uintptr_t s = q.addr[l] >> 2; s <= (q.addr[l] + q.size[l] - 1) >> 2 && m < 32 * 5; s++)
+                        v[m++] = s;
+                }
+                if (!m) continue;
+                std::sort(v, v + m);
+                unsigned nw = (unsigned)(std::unique(v, v + m) - v), per_bank[32] = {0}, most = 0;
+                for (unsigned i = 0; i < nw; i++) {
+                    unsigned b = (unsigned)(v[i] & 31);
+                    if (++per_bank[b] > most) most = per_bank[b];
+                }
+                units += most;
+                ideal += (nw + 31) / 32;
             }
-            units = most;
-            ideal = (nw + 31) / 32;
         }
         Agg& g = g_aggs[std::make_tuple(kv.first.pc, (int)q.kind, (int)q.write)];
         g.pc = kv.first.pc; g.kind = q.kind; g.write = q.write;
@@ -889,7 +900,9 @@ static void ck_count(Worker* w, CheckState* c, Region* r, uintptr_t a, size_t si
     uint32_t k = c->kcount[tid][pc]++;
     Req& q = c->reqs[ReqKey{warp, pc, k}];
     if (q.n == 0) { q.kind = r->shared; q.write = (uint8_t)write; }
-    if (q.n < 32) { q.addr[q.n] = a; q.size[q.n] = (uint16_t)(size > 65535 ? 65535 : size); q.n++; }
+    if (q.n < 32) {
+        q.addr[q.n] = a; q.size[q.n] = (uint16_t)(size > 65535 ? 65535 : size); q.lane[q.n] = tid & 31; q.n++;
+    }
     ck_leave_if_stopped(w);
 }
 

@@ -32,12 +32,24 @@ using namespace nvcuda;
 #define FN (BN / WARPS_N / 16)  // and across
 #define BK 32
 #define PAD 8  // halves of padding per shared row (keeps rows 16-byte aligned)
+// DOUBLE_BUFFER: two tiles of each in shared memory; the next step's tiles are read from
+// global memory into registers before this step's products and stored to the other
+// buffer after them, so one barrier per step and the loads overlap the math.
+#ifdef DOUBLE_BUFFER
+#define NBUF 2
+#else
+#define NBUF 1
+#endif
+#define CA (BM * BK / 8 / THREADS)  // 16-byte chunks of A per thread and step
+#define CB (BK * BN / 8 / THREADS)  // and of B
+static_assert(CA * THREADS * 8 == BM * BK && CB * THREADS * 8 == BK * BN,
+              "each thread copies whole 16-byte chunks");
 
 extern "C" __global__ void __launch_bounds__(THREADS)
 hgemm_1_wmma(int M, int N, int K, const __half* __restrict__ A,
              const __half* __restrict__ B, float* __restrict__ C) {
-    __shared__ __align__(32) __half As[BM][BK + PAD];
-    __shared__ __align__(32) __half Bs[BK][BN + PAD];
+    __shared__ __align__(32) __half As[NBUF][BM][BK + PAD];
+    __shared__ __align__(32) __half Bs[NBUF][BK][BN + PAD];
     const int tid = threadIdx.x, warp = tid / 32;
     const int wm = (warp / WARPS_N) * 16 * FM, wn = (warp % WARPS_N) * 16 * FN;
     const int row0 = blockIdx.y * BM, col0 = blockIdx.x * BN;
@@ -46,32 +58,61 @@ hgemm_1_wmma(int M, int N, int K, const __half* __restrict__ A,
     for (int i = 0; i < FM; i++)
         for (int j = 0; j < FN; j++) wmma::fill_fragment(acc[i][j], 0.0f);
 
-    for (int k0 = 0; k0 < K; k0 += BK) {
-        // BM x 32 halves of A and 32 x BN of B, in 16-byte chunks of 8 halves
-        for (int c = tid; c < BM * BK / 8; c += THREADS) {
-            int r = c / 4, k = (c % 4) * 8;
-            *reinterpret_cast<uint4*>(&As[r][k]) =
-                *reinterpret_cast<const uint4*>(&A[(size_t)(row0 + r) * K + k0 + k]);
+    // BM x 32 halves of A and 32 x BN of B, in 16-byte chunks of 8 halves: chunk
+    // tid + THREADS i of A is row c / 4, column (c % 4) 8; of B row c / (BN / 8)
+    uint4 ra[CA], rb[CB];
+    auto fetch = [&](int k0) {
+        for (int i = 0; i < CA; i++) {
+            int c = tid + THREADS * i, r = c / 4, k = (c % 4) * 8;
+            ra[i] = *reinterpret_cast<const uint4*>(&A[(size_t)(row0 + r) * K + k0 + k]);
         }
-        for (int c = tid; c < BK * BN / 8; c += THREADS) {
-            int kb = c / (BN / 8), n = (c % (BN / 8)) * 8;
-            *reinterpret_cast<uint4*>(&Bs[kb][n]) =
-                *reinterpret_cast<const uint4*>(&B[(size_t)(k0 + kb) * N + col0 + n]);
+        for (int i = 0; i < CB; i++) {
+            int c = tid + THREADS * i, kb = c / (BN / 8), n = (c % (BN / 8)) * 8;
+            rb[i] = *reinterpret_cast<const uint4*>(&B[(size_t)(k0 + kb) * N + col0 + n]);
         }
-        __syncthreads();
+    };
+    auto stash = [&](int buf) {
+        for (int i = 0; i < CA; i++) {
+            int c = tid + THREADS * i;
+            *reinterpret_cast<uint4*>(&As[buf][c / 4][(c % 4) * 8]) = ra[i];
+        }
+        for (int i = 0; i < CB; i++) {
+            int c = tid + THREADS * i;
+            *reinterpret_cast<uint4*>(&Bs[buf][c / (BN / 8)][(c % (BN / 8)) * 8]) = rb[i];
+        }
+    };
+    auto multiply = [&](int buf) {
         for (int kk = 0; kk < BK; kk += 16) {
             wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> a[FM];
             wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::row_major> b[FN];
             for (int i = 0; i < FM; i++)
-                wmma::load_matrix_sync(a[i], &As[wm + 16 * i][kk], BK + PAD);
+                wmma::load_matrix_sync(a[i], &As[buf][wm + 16 * i][kk], BK + PAD);
             for (int j = 0; j < FN; j++)
-                wmma::load_matrix_sync(b[j], &Bs[kk][wn + 16 * j], BN + PAD);
+                wmma::load_matrix_sync(b[j], &Bs[buf][kk][wn + 16 * j], BN + PAD);
             for (int i = 0; i < FM; i++)
                 for (int j = 0; j < FN; j++)
                     wmma::mma_sync(acc[i][j], a[i], b[j], acc[i][j]);
         }
+    };
+#ifdef DOUBLE_BUFFER
+    fetch(0);
+    stash(0);
+    __syncthreads();
+    for (int k0 = 0, buf = 0; k0 < K; k0 += BK, buf ^= 1) {
+        if (k0 + BK < K) fetch(k0 + BK);  // in flight during the products
+        multiply(buf);
+        if (k0 + BK < K) stash(buf ^ 1);  // the other buffer: nobody reads it now
+        __syncthreads();
+    }
+#else
+    for (int k0 = 0; k0 < K; k0 += BK) {
+        fetch(k0);
+        stash(0);
+        __syncthreads();
+        multiply(0);
         __syncthreads();  // before the next step overwrites the tiles
     }
+#endif
     for (int i = 0; i < FM; i++)
         for (int j = 0; j < FN; j++) {
             float* c = &C[(size_t)(row0 + wm + 16 * i) * N + col0 + wn + 16 * j];

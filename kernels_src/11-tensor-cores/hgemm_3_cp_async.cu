@@ -13,8 +13,8 @@
 // Limit: one barrier per K step, a plain epilogue and mma.sync's register-fed operands:
 // the chapter's target is 60% of cuBLAS at 4096^3 on the H100 (cuBLAS adds wgmma and
 // TMA).
-// Launch: block 256, grid (N / BN, M / 128), shared_mem = STAGES * (128 + BN) * 32 * 2.
-// Requires M a multiple of 128, N of BN, K of 32 (no bounds checks); 16-byte alignment.
+// Launch: block 256, grid (N / BN, M / 128), shared_mem = STAGES * (128 + BN) * BK * 2.
+// Requires M a multiple of 128, N of BN, K of BK (no bounds checks); 16-byte alignment.
 
 #include <cuda_fp16.h>
 #include "11-tensor-cores/tc_ptx.cuh"  // mma.sync, ldmatrix, cp.async, wgmma wrappers
@@ -23,7 +23,9 @@
 #ifndef BN
 #define BN 128  // 128 or 256
 #endif
-#define BK 32
+#ifndef BK
+#define BK 32  // 32 or 64 (one barrier per 64 of K: half as many)
+#endif
 #ifndef STAGES
 #define STAGES 3
 #endif
@@ -36,7 +38,11 @@
 // Offsets (in halves) of element (r, k) of an A tile and (k, n) of a B tile (16-byte
 // chunks XOR-swizzled against bank conflicts of ldmatrix, as in hgemm_2).
 __device__ __forceinline__ int a_off(int r, int k) {
+#if BK == 64  // 128-byte rows: chunk c of row r at c ^ (r % 8)
+    return r * BK + ((((k >> 3) ^ r) & 7) << 3) + (k & 7);
+#else
     return r * BK + ((((k >> 3) ^ (r >> 1)) & 3) << 3) + (k & 7);
+#endif
 }
 __device__ __forceinline__ int b_off(int k, int n) {
     return k * BN + ((((n >> 3) ^ k) & 7) | ((n >> 3) & ~7)) * 8 + (n & 7);
@@ -63,7 +69,7 @@ hgemm_3_cp_async(int M, int N, int K, const __half* __restrict__ A,
     auto load = [&](int step) {
         const int s = step % STAGES, k0 = step * BK;
         for (int c = tid; c < BM * BK / 8; c += 256) {
-            int r = c / 4, k = (c % 4) * 8;
+            int r = c / (BK / 8), k = (c % (BK / 8)) * 8;
             copy16(&As[s * BM * BK + a_off(r, k)], &A[(size_t)(row0 + r) * K + k0 + k]);
         }
         for (int c = tid; c < BK * BN / 8; c += 256) {

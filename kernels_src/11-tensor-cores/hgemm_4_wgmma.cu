@@ -15,12 +15,15 @@
 //                     signals their arrival through mbarriers; warpgroups 1 and 2 only
 //                     issue wgmma. Tensor maps (cuTensorMapEncodeTiled on the host,
 //                     cudl.tma) live in global memory, 128 bytes each.
+// Options: -DSTAGES (4), -DGROUP_M=8 (tiles in bands), -DIN_FLIGHT=2 (kernel 4),
+// -DSETMAXNREG and -DPERSISTENT (kernel 5); see their definitions below.
 // Limit: the targets are 90% of cuBLAS at 4096^3 on the H100 for hgemm_5; cuBLAS adds
-// clusters with TMA multicast, persistent blocks, a TMA store epilogue, setmaxnreg.
+// clusters with TMA multicast, a TMA store epilogue, ping-pong consumers.
 // Launch: hgemm_4: block 256, grid (N / 256, M / 128), shared_mem = SMEM_BYTES;
-//         hgemm_5: block 384, same grid and shared memory. M multiple of 128, N of 256,
-//         K of 64 (no bounds checks); 16-byte aligned rows. Compiled for other GPUs (and
-//         on the CPU emulator) the kernels are empty: load them with -arch=sm_90a.
+//         hgemm_5: block 384, same grid and shared memory (with -DPERSISTENT: grid of
+//         min(SMs, tiles) blocks). M multiple of 128, N of 256, K of 64 (no bounds
+//         checks); 16-byte aligned rows. Compiled for other GPUs (and on the CPU
+//         emulator) the kernels are empty: load them with -arch=sm_90a.
 
 #include <cuda_fp16.h>
 #include "11-tensor-cores/tc_ptx.cuh"  // mma.sync, ldmatrix, cp.async, wgmma wrappers
@@ -45,9 +48,36 @@
 #define B_SBO 1024
 #endif
 
+// GROUP_M > 0: blocks walk the tiles of C in bands of GROUP_M tile rows, column by
+// column inside a band, so the blocks running at once share A and B tiles in L2.
+#ifndef GROUP_M
+#define GROUP_M 0
+#endif
+// IN_FLIGHT (kernel 4): wgmma groups left running while the next step's copies start
+// (1: wait for all; 2: the previous step's may still run, loads run STAGES - 2 ahead)
+#ifndef IN_FLIGHT
+#define IN_FLIGHT 2  // the chapter times 1 and 2
+#endif
+// SETMAXNREG (kernel 5): the producer gives registers back (40), the consumers take them
+// (232 each); PERSISTENT (kernel 5): a grid of one block per SM loops over the tiles.
+
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define HGEMM_SM90A 1
 #endif
+
+// Tile (tm, tn) of the t-th block in launch order: row by row, or in bands of GROUP_M.
+__device__ __forceinline__ void tile_of(int t, int tiles_m, int tiles_n, int& tm,
+                                        int& tn) {
+#if GROUP_M > 0
+    const int band = GROUP_M * tiles_n, first = (t / band) * GROUP_M;
+    const int rows = min(tiles_m - first, GROUP_M);
+    tm = first + (t % band) % rows;
+    tn = (t % band) / rows;
+#else
+    tm = t / tiles_n;
+    tn = t % tiles_n;
+#endif
+}
 
 #ifdef HGEMM_SM90A
 // The 4 wgmma of one 64-wide K step for warpgroup wg: A rows 64 wg ... 64 wg + 63.
@@ -81,8 +111,12 @@ hgemm_4_wgmma(int M, int N, int K, const __half* __restrict__ A,
     extern __shared__ unsigned char smem[];
     const unsigned ring = (smem_addr(smem) + 1023) & ~1023u;  // swizzle atoms: 1 KiB
     const int tid = threadIdx.x, wg = tid / 128, lane = tid % 32, w = (tid % 128) / 32;
-    const int row0 = blockIdx.y * BM, col0 = blockIdx.x * BN, steps = K / BK;
+    int tm, tn;
+    tile_of(blockIdx.y * gridDim.x + blockIdx.x, gridDim.y, gridDim.x, tm, tn);
+    const int row0 = tm * BM, col0 = tn * BN, steps = K / BK;
     float d[128] = {};
+    constexpr int AHEAD = STAGES - IN_FLIGHT;  // K steps loaded ahead of the one computed
+    static_assert(AHEAD >= 1, "IN_FLIGHT = 2 needs STAGES >= 3");
 
     auto load = [&](int step) {  // 1024 + 2048 chunks of 16 bytes: 4 + 8 per thread
         const unsigned a = ring + (step % STAGES) * STAGE_BYTES, b = a + A_BYTES;
@@ -101,21 +135,24 @@ hgemm_4_wgmma(int M, int N, int K, const __half* __restrict__ A,
                          :: "r"(b + off), "l"(src));
         }
     };
-    for (int step = 0; step < STAGES - 1; step++) {
+    for (int step = 0; step < AHEAD; step++) {
         if (step < steps) load(step);
         asm volatile("cp.async.commit_group;\n" ::);
     }
     for (int step = 0; step < steps; step++) {
-        asm volatile("cp.async.wait_group %0;\n" :: "n"(STAGES - 2) : "memory");
+        asm volatile("cp.async.wait_group %0;\n" :: "n"(AHEAD - 1) : "memory");
         // the copies wrote through the generic proxy; wgmma reads through the async one
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-        __syncthreads();  // everyone's copies landed; the slot of step - 1 is free
-        if (step + STAGES - 1 < steps) load(step + STAGES - 1);
+        // everyone's copies landed, and the wgmma that read slot (step + AHEAD) % STAGES,
+        // those of step - IN_FLIGHT, are done in every warpgroup: it can be refilled
+        __syncthreads();
+        if (step + AHEAD < steps) load(step + AHEAD);
         asm volatile("cp.async.commit_group;\n" ::);
         const unsigned a = ring + (step % STAGES) * STAGE_BYTES;
         mma_step(d, a, a + A_BYTES, wg);
-        wgmma_wait<0>();  // the slot is overwritten after the next barrier
+        wgmma_wait<IN_FLIGHT - 1>();  // 0: this step's wgmma are done; 1: the previous
     }
+    wgmma_wait<0>();
     asm volatile("cp.async.wait_all;\n" ::: "memory");
     store_tile(C, N, row0 + wg * 64 + 16 * w + lane / 4, col0 + 2 * (lane % 4), d);
 #endif
@@ -131,7 +168,12 @@ hgemm_5_wgmma_tma(int M, int N, int K, const unsigned long long* __restrict__ ma
     const unsigned ring = (smem_addr(smem) + 1023) & ~1023u;
     const unsigned full = ring + STAGES * STAGE_BYTES, empty = full + 8 * STAGES;
     const int tid = threadIdx.x, wg = tid / 128, lane = tid % 32, w = (tid % 128) / 32;
-    const int row0 = blockIdx.y * BM, col0 = blockIdx.x * BN, steps = K / BK;
+    const int steps = K / BK, tiles_m = M / BM, tiles_n = N / BN;
+#ifdef PERSISTENT  // block b takes tiles b, b + gridDim.x, ...
+    const int first = blockIdx.x, stride = gridDim.x, tiles = tiles_m * tiles_n;
+#else              // one tile per block
+    const int first = blockIdx.y * gridDim.x + blockIdx.x, stride = 1, tiles = first + 1;
+#endif
     if (tid == 0) {
         for (int s = 0; s < STAGES; s++) {
             mbar_init(full + 8 * s, 1);   // the producer's arrive (+ the TMA bytes)
@@ -141,30 +183,48 @@ hgemm_5_wgmma_tma(int M, int N, int K, const unsigned long long* __restrict__ ma
     }
     __syncthreads();
 
+    // `it` counts the K steps of all the tiles: slot it % STAGES, round it / STAGES
     if (wg == 0) {  // producer: one thread keeps the ring full
+#ifdef SETMAXNREG
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+#endif
         if (tid == 0)
-            for (int step = 0; step < steps; step++) {
-                const int s = step % STAGES, round = step / STAGES;
-                if (round > 0) mbar_wait(empty + 8 * s, (round - 1) & 1);
-                const unsigned a = ring + s * STAGE_BYTES, bar = full + 8 * s;
-                mbar_expect(bar, STAGE_BYTES);
-                tma_load(a, map_a, step * BK, row0, bar);
-                for (int j = 0; j < BN / 64; j++)
-                    tma_load(a + A_BYTES + j * 8192, map_b, col0 + 64 * j, step * BK,
-                             bar);
+            for (int t = first, it = 0; t < tiles; t += stride) {
+                int tm, tn;
+                tile_of(t, tiles_m, tiles_n, tm, tn);
+                for (int step = 0; step < steps; step++, it++) {
+                    const int s = it % STAGES, round = it / STAGES;
+                    if (round > 0) mbar_wait(empty + 8 * s, (round - 1) & 1);
+                    const unsigned a = ring + s * STAGE_BYTES, bar = full + 8 * s;
+                    mbar_expect(bar, STAGE_BYTES);
+                    tma_load(a, map_a, step * BK, tm * BM, bar);
+                    for (int j = 0; j < BN / 64; j++)
+                        tma_load(a + A_BYTES + j * 8192, map_b, tn * BN + 64 * j,
+                                 step * BK, bar);
+                }
             }
         return;
     }
-    float d[128] = {};
-    for (int step = 0; step < steps; step++) {  // consumers: warpgroups 1 and 2
-        const int s = step % STAGES;
-        mbar_wait(full + 8 * s, (step / STAGES) & 1);
-        const unsigned a = ring + s * STAGE_BYTES;
-        mma_step(d, a, a + A_BYTES, wg - 1);
-        wgmma_wait<1>();  // the wgmma of step - 1 are done: release its slot
-        if (step > 0 && tid % 128 == 0) mbar_arrive(empty + 8 * ((step - 1) % STAGES));
+#ifdef SETMAXNREG
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+#endif
+    for (int t = first, it = 0; t < tiles; t += stride) {  // consumers: warpgroups 1, 2
+        int tm, tn;
+        tile_of(t, tiles_m, tiles_n, tm, tn);
+        float d[128];
+        for (int i = 0; i < 128; i++) d[i] = 0.0f;
+        for (int step = 0; step < steps; step++, it++) {
+            const int s = it % STAGES;
+            mbar_wait(full + 8 * s, (it / STAGES) & 1);
+            const unsigned a = ring + s * STAGE_BYTES;
+            mma_step(d, a, a + A_BYTES, wg - 1);
+            wgmma_wait<1>();  // the wgmma of step - 1 are done: release its slot
+            if (step > 0 && tid % 128 == 0) mbar_arrive(empty + 8 * ((it - 1) % STAGES));
+        }
+        wgmma_wait<0>();  // the tile's last slot is free too
+        if (tid % 128 == 0) mbar_arrive(empty + 8 * ((it - 1) % STAGES));
+        store_tile(C, N, tm * BM + (wg - 1) * 64 + 16 * w + lane / 4,
+                   tn * BN + 2 * (lane % 4), d);
     }
-    wgmma_wait<0>();
-    store_tile(C, N, row0 + (wg - 1) * 64 + 16 * w + lane / 4, col0 + 2 * (lane % 4), d);
 #endif
 }

@@ -124,3 +124,50 @@ def test_compare_table(host):
     md = t._repr_markdown_()
     assert "| stride 1 | 4.0 | 4.0 |" in md and "| stride 32 | 32.0 | 4.0 |" in md
     assert "shared" not in md  # columns without data are left out
+
+
+LDMATRIX_SRC = r"""
+#include <cuda_fp16.h>
+// Each lane supplies row lane % 8 of matrix lane / 8 at byte offset lane * stride of a shared tile.
+extern "C" __global__ void ldmatrix_rows(unsigned* out, int stride) {
+    __shared__ __align__(16) __half s[32 * 256];
+    for (int k = threadIdx.x; k < 32 * 256; k += blockDim.x) s[k] = __float2half(1.0f);
+    __syncthreads();
+    unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(s)) + threadIdx.x * stride;
+    unsigned r0, r1, r2, r3;
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(a));
+    out[threadIdx.x] = r0 + r1 + r2 + r3;
+}
+// Lane i reads 16 bytes at byte offset i * stride.
+extern "C" __global__ void shared_vec4(float* out, int stride) {
+    __shared__ __align__(16) float s[32 * 256];
+    for (int k = threadIdx.x; k < 32 * 256; k += blockDim.x) s[k] = 1.0f;
+    __syncthreads();
+    float4 v = *reinterpret_cast<const float4*>(reinterpret_cast<const char*>(s) + threadIdx.x * stride);
+    out[threadIdx.x] = v.x + v.y + v.z + v.w;
+}
+"""
+
+
+@pytest.mark.skipif(cudl.on_gpu(), reason="raw source kernels are counted on the emulator backend")
+@pytest.mark.parametrize("stride, ways", [(16, 1.0), (32, 2.0), (64, 4.0), (128, 8.0), (256, 8.0)])
+def test_ldmatrix_rows_are_16_byte_reads(stride, ways):
+    """ldmatrix counts one 16-byte read per row (per lane that supplies an address), 8 rows per phase:
+    4 wavefronts for an .x4 whose rows fall on distinct banks, and 8 rows on the same 4 banks are an
+    8-way conflict, as the hardware reports (not the 2-byte element reads that hand out the values)."""
+    k = cudl.load(LDMATRIX_SRC, "ldmatrix_rows")
+    c = cudl.counters(k, 1, 32, (np.zeros(32, np.uint32), stride))
+    assert c.requests("shared", "load") == 1
+    assert c.shared_wavefronts_per_request("load") == 4 * ways
+    assert c.shared_ways("load") == ways
+
+
+@pytest.mark.skipif(cudl.on_gpu(), reason="raw source kernels are counted on the emulator backend")
+@pytest.mark.parametrize("stride, wavefronts", [(16, 4.0), (128, 32.0), (144, 4.0)])
+def test_shared_16_byte_loads_by_quarter_warp(stride, wavefronts):
+    """16-byte shared loads are served 8 lanes per phase: stride 16 is 4 conflict-free phases; stride 128
+    puts the 8 lanes of a phase on the same 4 banks (8-way); stride 144 (128 + 16) is conflict-free."""
+    k = cudl.load(LDMATRIX_SRC, "shared_vec4")
+    c = cudl.counters(k, 1, 32, (np.zeros(32, np.float32), stride))
+    assert c.shared_wavefronts_per_request("load") == wavefronts
