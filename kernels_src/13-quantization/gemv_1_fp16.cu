@@ -7,8 +7,10 @@
 // copy of W with arithmetic on the side: 2 flops per 2 bytes, far below any ridge point.
 // Limit: memory-bound, 2 B per weight (+ x): copy bandwidth at best; the chapter's target
 // is 1.2x cuBLAS's fp16 GEMV (torch.matmul) at decode shapes on the H100.
-// Launch: block 32 * WARPS, grid ceil(N / (ROWS * WARPS)). K % 8 == 0 takes the 16-byte
-// path (row starts 16-byte aligned); other K fall back to one half per lane per step.
+// Launch: block 32 * WARPS, grid ceil(N KSPLIT / (ROWS * WARPS)): KSPLIT warps (a
+// divisor of WARPS <= 32) share each group of ROWS rows and add their sums in shared
+// memory. K % 8 == 0 takes the 16-byte path (row starts 16-byte aligned); other K fall
+// back to one half per lane per step.
 
 #include <cuda_fp16.h>
 

@@ -10,8 +10,9 @@
 // Limit: memory-bound, 1 B per weight + 4 / group B of scale (+ x): half of gemv_1's
 // bytes, so up to 1.94x its speed; the chapter's target is 2.2x cuBLAS's fp16 GEMV on the
 // H100.
-// Launch: block 32 * WARPS, grid ceil(N / (ROWS * WARPS)). K % 16 == 0 and group % 16 ==
-// 0 take the 16-byte path; anything else falls back to one weight per lane per step.
+// Launch: block 32 * WARPS, grid ceil(N KSPLIT / (ROWS * WARPS)), as gemv_1. K % 16 == 0
+// and group % 16 == 0 take the 16-byte path; anything else falls back to one weight per
+// lane per step.
 
 #include <cuda_fp16.h>
 

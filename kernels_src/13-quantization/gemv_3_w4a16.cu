@@ -11,8 +11,9 @@
 // gemv_1's bytes; 3 instructions per weight (LOP3, FADD, FFMA) is close to what the SM
 // issues at full HBM speed, so ROWS and UNROLL (steps whose loads are issued together)
 // matter here.
-// Launch: block 32 * WARPS, grid ceil(N / (ROWS * WARPS)). Requires K even; K % 32 == 0
-// and group % 32 == 0 take the 16-byte path, others one byte per lane per step.
+// Launch: block 32 * WARPS, grid ceil(N KSPLIT / (ROWS * WARPS)), as gemv_1. Requires K
+// even; K % 32 == 0 and group % 32 == 0 take the 16-byte path, others one byte per lane
+// per step.
 
 #include <cuda_fp16.h>
 

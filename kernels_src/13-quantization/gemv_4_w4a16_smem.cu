@@ -9,8 +9,9 @@
 // arithmetic.
 // Limit: memory-bound, 0.5 B per weight + 4 / group B of scale; the arithmetic left per
 // weight is one LOP3, one FADD and one FFMA.
-// Launch: block 32 * WARPS, grid ceil(N / (ROWS * WARPS)), shared_mem 4 K bytes. Requires
-// K % 32 == 0 and group % 32 == 0 (no scalar fallback: use gemv_3 for other shapes).
+// Launch: block 32 * WARPS, grid ceil(N KSPLIT / (ROWS * WARPS)) as gemv_1, shared_mem
+// 4 K bytes. Requires K % 32 == 0 and group % 32 == 0 (no scalar fallback: use gemv_3
+// for other shapes).
 
 #include <cuda_fp16.h>
 
