@@ -25,6 +25,9 @@
 #define KSPLIT 1  // warps that share a row group, each over every KSPLIT-th 32 chunks
 #endif
 #define STRIDE (32 * KSPLIT)  // chunks between one lane's consecutive loads
+#ifndef PIPELINE
+#define PIPELINE 1  // 1: load step i + 1 while computing step i
+#endif
 
 __device__ __forceinline__ float warp_sum(float v) {
     for (int d = 16; d > 0; d /= 2) v += __shfl_xor_sync(0xffffffffu, v, d);
@@ -80,28 +83,32 @@ __device__ __forceinline__ float dot32_s4(uint4 w, const uint4* xs, int chunks, 
            + dot8_s4(w.z, xs[2 * chunks + c]) + dot8_s4(w.w, xs[3 * chunks + c]);
 }
 
-// U chunks (32 weights each) of each of the warp's rows from chunk c on, at stride
-// STRIDE chunks, all loads issued before the first product; one scale per row and chunk.
+// The weights and scales of U chunks (32 weights each) of each of the warp's rows from
+// chunk c on, at stride STRIDE chunks (none past the end of the row).
 template <int U>
-__device__ __forceinline__ void steps(const unsigned char* __restrict__ P,
-                                      const float* __restrict__ scale, const uint4* xs,
-                                      int N, int K, int group, int row0, int c,
-                                      float* acc) {
-    const int groups = K / group, chunks = K / 32;
-    uint4 wv[U][ROWS];
-    float s[U][ROWS];
+__device__ __forceinline__ void load_chunks(const unsigned char* __restrict__ P,
+                                            const float* __restrict__ scale, int N, int K,
+                                            int group, int row0, int c,
+                                            uint4 (&wv)[U][ROWS], float (&s)[U][ROWS]) {
     for (int u = 0; u < U; u++)
         for (int r = 0; r < ROWS; r++)  // rows past N read row 0 and are never stored
-            if (c + STRIDE * u < chunks) {
+            if (c + STRIDE * u < K / 32) {
                 const size_t n = row0 + r < N ? row0 + r : 0;
                 wv[u][r] = __ldg(reinterpret_cast<const uint4*>(P + n * (K / 2)) + c
                                  + STRIDE * u);
-                s[u][r] = __ldg(scale + n * groups + 32 * (c + STRIDE * u) / group);
+                s[u][r] = __ldg(scale + n * (K / group) + 32 * (c + STRIDE * u) / group);
             }
+}
+
+// acc[r] += the products of the chunks load_chunks brought, one scale per row and chunk
+template <int U>
+__device__ __forceinline__ void use_chunks(const uint4* xs, int K, int c,
+                                           const uint4 (&wv)[U][ROWS],
+                                           const float (&s)[U][ROWS], float* acc) {
     for (int u = 0; u < U; u++)
-        if (c + STRIDE * u < chunks)  // not past the end of the row (last step)
+        if (c + STRIDE * u < K / 32)  // not past the end of the row (last step)
             for (int r = 0; r < ROWS; r++)
-                acc[r] = fmaf(s[u][r], dot32_s4(wv[u][r], xs, chunks, c + STRIDE * u),
+                acc[r] = fmaf(s[u][r], dot32_s4(wv[u][r], xs, K / 32, c + STRIDE * u),
                               acc[r]);
 }
 
@@ -112,6 +119,14 @@ extern "C" __global__ void gemv_5_w4a16_half2(int N, int K, int group,
                                               __half* __restrict__ y) {
     extern __shared__ uint4 xs[];  // K / 8 uint4: [4 words][K / 32 chunks]
     const int chunks = K / 32;
+    // lane of the row group: KSPLIT warps act as one wide warp of 32 KSPLIT lanes
+    const int lane = threadIdx.x % (32 * KSPLIT);
+    const int row0 = (blockIdx.x * (blockDim.x / STRIDE) + threadIdx.x / STRIDE) * ROWS;
+    const bool has_rows = row0 < N;  // a warp without rows only joins store_rows's sums
+    uint4 wv[UNROLL][ROWS];
+    float s[UNROLL][ROWS];
+    // the first weights are requested before x is prepared: their latency overlaps it
+    if (has_rows) load_chunks<UNROLL>(P, scale, N, K, group, row0, lane, wv, s);
     for (int e = threadIdx.x; e < K / 8; e += blockDim.x) {  // columns 8e .. 8e + 7
         const uint4 h = __ldg(reinterpret_cast<const uint4*>(x) + e);  // (x0 x1)..(x6 x7)
         uint4 v;  // byte_perm 0x5410: low halves of both words, 0x7632: high halves
@@ -122,12 +137,21 @@ extern "C" __global__ void gemv_5_w4a16_half2(int N, int K, int group,
         xs[(e % 4) * chunks + e / 4] = v;
     }
     __syncthreads();
-    // lane of the row group: KSPLIT warps act as one wide warp of 32 KSPLIT lanes
-    const int lane = threadIdx.x % (32 * KSPLIT);
-    const int row0 = (blockIdx.x * (blockDim.x / STRIDE) + threadIdx.x / STRIDE) * ROWS;
     float acc[ROWS] = {};
-    if (row0 < N)  // a warp without rows only joins the shared sums of store_rows
-        for (int c = lane; c < chunks; c += STRIDE * UNROLL)
-            steps<UNROLL>(P, scale, xs, N, K, group, row0, c, acc);
+    if (has_rows)
+        for (int c = lane; c < chunks; c += STRIDE * UNROLL) {
+#if PIPELINE
+            // software pipeline: the next step's loads fly during this step's math
+            uint4 wn[UNROLL][ROWS];
+            float sn[UNROLL][ROWS];
+            load_chunks<UNROLL>(P, scale, N, K, group, row0, c + STRIDE * UNROLL, wn, sn);
+            use_chunks<UNROLL>(xs, K, c, wv, s, acc);
+            for (int u = 0; u < UNROLL; u++)
+                for (int r = 0; r < ROWS; r++) wv[u][r] = wn[u][r], s[u][r] = sn[u][r];
+#else
+            if (c != lane) load_chunks<UNROLL>(P, scale, N, K, group, row0, c, wv, s);
+            use_chunks<UNROLL>(xs, K, c, wv, s, acc);
+#endif
+        }
     store_rows(acc, row0, N, y);
 }

@@ -207,23 +207,27 @@ def fp8():
 
 
 # ---- python3 kernels_src/13-quantization/gpu_check.py --sweep (about a minute on an H100) ----
-# (kernel, format, ROWS, UNROLL, KSPLIT, WARPS); the first of each kernel is its current default.
-SWEEP = [("gemv_1_fp16", "fp16", 1, 2, 1, 4), ("gemv_1_fp16", "fp16", 1, 4, 1, 4),
-         ("gemv_1_fp16", "fp16", 1, 8, 1, 4), ("gemv_1_fp16", "fp16", 2, 4, 1, 4),
-         ("gemv_1_fp16", "fp16", 1, 4, 2, 8), ("gemv_1_fp16", "fp16", 2, 4, 2, 8),
-         ("gemv_1_fp16", "fp16", 1, 4, 4, 8), ("gemv_1_fp16", "fp16", 4, 2, 1, 4),
-         ("gemv_2_w8a16", "w8", 2, 8, 1, 4), ("gemv_2_w8a16", "w8", 1, 4, 1, 4),
-         ("gemv_2_w8a16", "w8", 1, 8, 1, 4), ("gemv_2_w8a16", "w8", 2, 4, 1, 4),
-         ("gemv_2_w8a16", "w8", 1, 4, 2, 8), ("gemv_2_w8a16", "w8", 2, 4, 2, 8),
-         ("gemv_2_w8a16", "w8", 1, 2, 4, 8),
-         ("gemv_3_w4a16", "w4", 1, 2, 1, 4), ("gemv_3_w4a16", "w4", 1, 4, 1, 4),
-         ("gemv_3_w4a16", "w4", 2, 2, 2, 8),
-         ("gemv_4_w4a16_smem", "w4", 1, 4, 1, 16), ("gemv_4_w4a16_smem", "w4", 1, 4, 2, 16),
-         ("gemv_4_w4a16_smem", "w4", 2, 2, 1, 8),
-         ("gemv_5_w4a16_half2", "w4", 1, 4, 1, 8), ("gemv_5_w4a16_half2", "w4", 1, 8, 1, 8),
-         ("gemv_5_w4a16_half2", "w4", 2, 4, 1, 8), ("gemv_5_w4a16_half2", "w4", 1, 4, 2, 8),
-         ("gemv_5_w4a16_half2", "w4", 1, 2, 4, 16), ("gemv_5_w4a16_half2", "w4", 2, 4, 2, 16),
-         ("gemv_5_w4a16_half2", "w4", 1, 2, 1, 16)]
+# (kernel, format, ROWS, UNROLL, KSPLIT, WARPS, other defines). Round 2, after the H100 sweep of
+# 2026-11-25 (round 1: fewer registers and more warps won; gemv_5 the fastest W4A16 kernel).
+H2, NOPIPE = ("-DHALF2=1",), ("-DPIPELINE=0",)
+SWEEP = [("gemv_1_fp16", "fp16", 1, 2, 1, 4, ()), ("gemv_1_fp16", "fp16", 1, 4, 4, 8, ()),
+         ("gemv_1_fp16", "fp16", 1, 2, 4, 8, ()), ("gemv_1_fp16", "fp16", 1, 2, 4, 16, ()),
+         ("gemv_1_fp16", "fp16", 1, 4, 4, 16, ()), ("gemv_1_fp16", "fp16", 1, 2, 8, 16, ()),
+         ("gemv_1_fp16", "fp16", 1, 4, 2, 16, ()), ("gemv_1_fp16", "fp16", 1, 2, 2, 8, ()),
+         ("gemv_2_w8a16", "w8", 1, 2, 4, 8, ()), ("gemv_2_w8a16", "w8", 1, 1, 4, 8, ()),
+         ("gemv_2_w8a16", "w8", 1, 2, 8, 16, ()), ("gemv_2_w8a16", "w8", 1, 2, 4, 16, ()),
+         ("gemv_2_w8a16", "w8", 1, 2, 4, 8, H2), ("gemv_2_w8a16", "w8", 1, 4, 2, 8, H2),
+         ("gemv_2_w8a16", "w8", 1, 2, 2, 8, H2), ("gemv_2_w8a16", "w8", 1, 1, 4, 8, H2),
+         ("gemv_2_w8a16", "w8", 1, 2, 4, 16, H2), ("gemv_2_w8a16", "w8", 1, 2, 8, 16, H2),
+         ("gemv_2_w8a16", "w8", 1, 4, 1, 4, H2), ("gemv_2_w8a16", "w8", 1, 2, 1, 16, H2),
+         ("gemv_3_w4a16", "w4", 1, 2, 1, 4, ()), ("gemv_4_w4a16_smem", "w4", 1, 4, 1, 16, ()),
+         ("gemv_5_w4a16_half2", "w4", 1, 2, 1, 16, NOPIPE),
+         ("gemv_5_w4a16_half2", "w4", 1, 1, 1, 16, NOPIPE),
+         ("gemv_5_w4a16_half2", "w4", 1, 2, 1, 32, NOPIPE),
+         ("gemv_5_w4a16_half2", "w4", 1, 2, 1, 16, ()), ("gemv_5_w4a16_half2", "w4", 1, 1, 1, 16, ()),
+         ("gemv_5_w4a16_half2", "w4", 1, 2, 1, 32, ()), ("gemv_5_w4a16_half2", "w4", 1, 1, 1, 32, ()),
+         ("gemv_5_w4a16_half2", "w4", 1, 4, 1, 16, ()), ("gemv_5_w4a16_half2", "w4", 1, 2, 2, 16, ()),
+         ("gemv_5_w4a16_half2", "w4", 1, 1, 2, 16, ()), ("gemv_5_w4a16_half2", "w4", 1, 1, 1, 8, ())]
 _spin = None
 
 
@@ -291,9 +295,9 @@ def sweep() -> None:
         print(f"== {N}x{K} cuBLAS: " + "  ".join(
             f"{m} {1e3 * cub[m]:6.1f} us {100 * gemv_bytes('fp16', N, K) / cub[m] / 1e6 / copy:3.0f}%"
             for m in modes), flush=True)
-        for name, kind, rows, unroll, ksplit, warps in SWEEP:
+        for name, kind, rows, unroll, ksplit, warps, extra in SWEEP:
             k = cudl.load(f"{D}/{name}.cu", name,
-                          options=(f"-DROWS={rows}", f"-DUNROLL={unroll}", f"-DKSPLIT={ksplit}"))
+                          options=(f"-DROWS={rows}", f"-DUNROLL={unroll}", f"-DKSPLIT={ksplit}", *extra))
             smem = {"gemv_4_w4a16_smem": 4 * K, "gemv_5_w4a16_half2": 2 * K}.get(name, 0)
             grid, block = (cdiv(N * ksplit, rows * warps),), (32 * warps,)
             y = cudl.poisoned(N, np.float16)
@@ -307,7 +311,7 @@ def sweep() -> None:
             got = tt(y).double()
             err = float((got - refs[kind]).norm() / refs[kind].norm())  # NaN (unwritten rows) fails too
             ok = err < 2e-3
-            cfg = f"R={rows} U={unroll} KS={ksplit} W={warps}"
+            cfg = f"R={rows} U={unroll} KS={ksplit} W={warps}" + "".join(" " + e[2:] for e in extra)
             times = {}
             if ok:
                 for m in modes[:2]:
@@ -315,7 +319,7 @@ def sweep() -> None:
                 times["rotate"] = time_rotating([lambda c=c: launch(c) for c in copies[kind]])
             table.append(((N, K), name, kind, cfg, times, err))
             nb = gemv_bytes(kind, N, K)
-            print(f"  {'OK ' if ok else 'BAD'} {name:19s} {cfg:22s} err {err:.1e} regs {k.num_regs} " + "  ".join(
+            print(f"  {'OK ' if ok else 'BAD'} {name:19s} {cfg:32s} err {err:.1e} regs {k.num_regs} " + "  ".join(
                 f"{m} {1e3 * t:6.1f} us x{cub[m] / t:4.2f} {100 * nb / t / 1e6 / copy:3.0f}%"
                 for m, t in times.items()), flush=True)
     print(f"\n==== sweep summary ({time.time() - t0:.0f} s): per shape and format, the best variant by the "
@@ -333,7 +337,7 @@ def sweep() -> None:
                 continue
             _, name, _, cfg, times, _ = min(rows_, key=lambda r: r[4]["read"])
             nb = gemv_bytes(kind, *shape)
-            print(f"  {kind:4s} {name:19s} {cfg:22s} " + " ".join(
+            print(f"  {kind:4s} {name:19s} {cfg:32s} " + " ".join(
                 f"{m} x{cub[m] / times[m]:4.2f} {100 * nb / times[m] / 1e6 / copy:2.0f}%" for m in modes)
                 + f"  (target x{targets[kind]})")
     print("best configuration over the three shapes (sum of 'read' times) per kernel:")
@@ -343,7 +347,7 @@ def sweep() -> None:
             if n == name:
                 by_cfg.setdefault(cfg, []).append(times.get("read", float("inf")))
         cfg, ts = min(by_cfg.items(), key=lambda kv: sum(kv[1]))
-        print(f"  {name:19s} {cfg:22s} " + " ".join(f"{1e3 * t:6.1f}" for t in ts) + " us")
+        print(f"  {name:19s} {cfg:32s} " + " ".join(f"{1e3 * t:6.1f}" for t in ts) + " us")
 
 
 def main() -> None:
