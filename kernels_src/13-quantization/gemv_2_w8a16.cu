@@ -17,13 +17,13 @@
 #include <cuda_fp16.h>
 
 #ifndef ROWS
-#define ROWS 2  // rows per warp (H100 sweep of gpu_check.py)
+#define ROWS 1  // rows per warp (H100 sweep of gpu_check.py --sweep)
 #endif
 #ifndef UNROLL
-#define UNROLL 8  // 16-byte chunks per lane and row in flight at once
+#define UNROLL 2  // 16-byte chunks per lane and row in flight at once
 #endif
 #ifndef KSPLIT
-#define KSPLIT 1  // warps that share a row group, each over every KSPLIT-th 32 chunks
+#define KSPLIT 4  // warps that share a row group, each over every KSPLIT-th 32 chunks
 #endif
 #define STRIDE (32 * KSPLIT)  // chunks between one lane's consecutive loads
 #ifndef HALF2

@@ -7,7 +7,9 @@
 // columns 2, 6 and 3, 7 the same way. Every step is exact in half precision (integers
 // below 2048). x is prepared once per block in shared memory as the matching half2
 // pairs (x0, x4), (x1, x5), (x2, x6), (x3, x7) of each word; the 8 products of a word
-// are added in half2 (4 per half, a few ulps), then in float.
+// are added in half2 (4 per half, a few ulps), then in float. Each warp requests its first
+// weights before the block prepares x, so their latency overlaps that preparation;
+// PIPELINE=1 also loads step i + 1 before the arithmetic of step i.
 // Limit: memory-bound, 0.5 B per weight + 4 / group B of scale; about 2 instructions per
 // weight (gemv_4: 3 plus its shared-memory loads).
 // Launch: block 32 * WARPS, grid ceil(N KSPLIT / (ROWS * WARPS)), shared_mem 2 K bytes.
@@ -19,14 +21,14 @@
 #define ROWS 1  // rows per warp
 #endif
 #ifndef UNROLL
-#define UNROLL 4  // 16-byte chunks per lane and row in flight at once
+#define UNROLL 2  // 16-byte chunks per lane and row in flight at once
 #endif
 #ifndef KSPLIT
 #define KSPLIT 1  // warps that share a row group, each over every KSPLIT-th 32 chunks
 #endif
 #define STRIDE (32 * KSPLIT)  // chunks between one lane's consecutive loads
 #ifndef PIPELINE
-#define PIPELINE 1  // 1: load step i + 1 while computing step i
+#define PIPELINE 0  // 1: load step i + 1 while computing step i
 #endif
 
 __device__ __forceinline__ float warp_sum(float v) {

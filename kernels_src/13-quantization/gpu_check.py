@@ -100,7 +100,8 @@ def gemv():
             nbk = gemv_bytes(kind, N, K)
             smem = 4 * K if "smem" in name else 0
             for rows, unroll, warps in configs:
-                k = cudl.load(f"{D}/{name}.cu", name, options=(f"-DROWS={rows}", f"-DUNROLL={unroll}"))
+                k = cudl.load(f"{D}/{name}.cu", name,
+                              options=(f"-DROWS={rows}", f"-DUNROLL={unroll}", "-DKSPLIT=1"))
                 y = cudl.poisoned(N, np.float16)
                 args = (N, K, *data[kind], x, y) if kind == "fp16" else (N, K, GROUP, *data[kind], x, y)
                 grid, block = (cdiv(N, rows * warps),), (32 * warps,)
