@@ -193,7 +193,8 @@ def test_gemv_w4a16(shape, rows, unroll, ksplit):
     check_gemv(y, ref, "gemv_3_w4a16")
 
 
-@pytest.mark.parametrize("rows,unroll,warps,ksplit", [(1, 4, 4, 1), (2, 2, 8, 1), (1, 3, 8, 2), (2, 2, 8, 4), (1, 1, 4, 1)])
+@pytest.mark.parametrize("rows,unroll,warps,ksplit",
+                         [(1, 4, 4, 1), (2, 2, 8, 1), (1, 3, 8, 2), (2, 2, 8, 4), (1, 1, 4, 1)])
 @pytest.mark.parametrize("shape", [s for s in GEMV_SHAPES if s[1] % 32 == 0 and s[2] % 32 == 0],
                          ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("name,extra", [("gemv_4_w4a16_smem", ()), ("gemv_5_w4a16_half2", ()),
