@@ -18,10 +18,10 @@
 #define ROWS 1  // rows per warp
 #endif
 #ifndef UNROLL
-#define UNROLL 4  // 16-byte chunks per lane and row in flight at once (H100 sweep)
+#define UNROLL 2  // 16-byte chunks per lane and row in flight at once (H100 sweep)
 #endif
 #ifndef KSPLIT
-#define KSPLIT 4  // warps that share a row group, each over every KSPLIT-th 32 chunks
+#define KSPLIT 8  // warps that share a row group, each over every KSPLIT-th 32 chunks
 #endif
 #define STRIDE (32 * KSPLIT)  // chunks between one lane's consecutive loads
 

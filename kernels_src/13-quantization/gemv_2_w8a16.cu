@@ -20,15 +20,12 @@
 #define ROWS 1  // rows per warp (H100 sweep of gpu_check.py --sweep)
 #endif
 #ifndef UNROLL
-#define UNROLL 2  // 16-byte chunks per lane and row in flight at once
+#define UNROLL 1  // 16-byte chunks per lane and row in flight at once
 #endif
 #ifndef KSPLIT
 #define KSPLIT 4  // warps that share a row group, each over every KSPLIT-th 32 chunks
 #endif
 #define STRIDE (32 * KSPLIT)  // chunks between one lane's consecutive loads
-#ifndef HALF2
-#define HALF2 0  // 1: unpack and multiply in half2 (dot16_s8_h2)
-#endif
 
 __device__ __forceinline__ float warp_sum(float v) {
     for (int d = 16; d > 0; d /= 2) v += __shfl_xor_sync(0xffffffffu, v, d);
@@ -85,37 +82,6 @@ __device__ __forceinline__ float dot16_s8(uint4 w, const float* xf) {
     return sum;
 }
 
-#if HALF2
-// The same dot product in half2, against x as stored (two halves per word): one byte
-// permute puts two bytes of u = w ^ 0x80808080 (q + 128) under the half exponent byte
-// 0x64, making the half2 (1024 + 128 + q) of two weights; one HSUB2 leaves q exactly
-// and one HFMA2 multiplies both by x. Pairs of words are summed in half2 (4 products per
-// half), then in float.
-__device__ __forceinline__ float dot16_s8_h2(uint4 w, const __half* __restrict__ x,
-                                             int c) {
-    const unsigned words[4] = {w.x, w.y, w.z, w.w};
-    const __half2 k1152 = __float2half2_rn(1152.0f);  // 1024 + 128
-    float sum = 0.0f;
-    for (int j = 0; j < 2; j++) {
-        const uint4 xv = __ldg(reinterpret_cast<const uint4*>(x) + 2 * c + j);
-        const unsigned xw[4] = {xv.x, xv.y, xv.z, xv.w};
-        __half2 d = __float2half2_rn(0.0f);
-        for (int i = 0; i < 2; i++) {
-            const unsigned u = words[2 * j + i] ^ 0x80808080u;
-            unsigned lo = __byte_perm(u, 0x6464u, 0x5140u);  // bytes b0, 64, b1, 64
-            unsigned hi = __byte_perm(u, 0x6464u, 0x5342u);  // bytes b2, 64, b3, 64
-            const __half2 q01 = __hsub2(*reinterpret_cast<const __half2*>(&lo), k1152);
-            const __half2 q23 = __hsub2(*reinterpret_cast<const __half2*>(&hi), k1152);
-            d = __hfma2(q01, *reinterpret_cast<const __half2*>(&xw[2 * i]), d);
-            d = __hfma2(q23, *reinterpret_cast<const __half2*>(&xw[2 * i + 1]), d);
-        }
-        const float2 f = __half22float2(d);
-        sum += f.x + f.y;
-    }
-    return sum;
-}
-#endif
-
 // U chunks (16 weights each) of each of the warp's rows from chunk c on, at stride
 // STRIDE chunks, all loads issued before the first product; one scale per row and chunk.
 template <int U>
@@ -136,15 +102,10 @@ __device__ __forceinline__ void steps(const signed char* __restrict__ Q,
             }
     for (int u = 0; u < U; u++) {
         if (c + STRIDE * u >= K / 16) break;  // past the end of the row (last step)
-#if HALF2
-        for (int r = 0; r < ROWS; r++)
-            acc[r] = fmaf(s[u][r], dot16_s8_h2(wv[u][r], x, c + STRIDE * u), acc[r]);
-#else
         float xf[16];
         load_x16(x, c + STRIDE * u, xf);
         for (int r = 0; r < ROWS; r++)
             acc[r] = fmaf(s[u][r], dot16_s8(wv[u][r], xf), acc[r]);
-#endif
     }
 }
 

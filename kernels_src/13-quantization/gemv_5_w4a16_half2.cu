@@ -7,9 +7,7 @@
 // columns 2, 6 and 3, 7 the same way. Every step is exact in half precision (integers
 // below 2048). x is prepared once per block in shared memory as the matching half2
 // pairs (x0, x4), (x1, x5), (x2, x6), (x3, x7) of each word; the 8 products of a word
-// are added in half2 (4 per half, a few ulps), then in float. Each warp requests its first
-// weights before the block prepares x, so their latency overlaps that preparation;
-// PIPELINE=1 also loads step i + 1 before the arithmetic of step i.
+// are added in half2 (4 per half, a few ulps), then in float.
 // Limit: memory-bound, 0.5 B per weight + 4 / group B of scale; about 2 instructions per
 // weight (gemv_4: 3 plus its shared-memory loads).
 // Launch: block 32 * WARPS, grid ceil(N KSPLIT / (ROWS * WARPS)), shared_mem 2 K bytes.
@@ -21,15 +19,12 @@
 #define ROWS 1  // rows per warp
 #endif
 #ifndef UNROLL
-#define UNROLL 2  // 16-byte chunks per lane and row in flight at once
+#define UNROLL 2  // 16-byte chunks per lane and row in flight at once (H100 sweep)
 #endif
 #ifndef KSPLIT
 #define KSPLIT 1  // warps that share a row group, each over every KSPLIT-th 32 chunks
 #endif
 #define STRIDE (32 * KSPLIT)  // chunks between one lane's consecutive loads
-#ifndef PIPELINE
-#define PIPELINE 0  // 1: load step i + 1 while computing step i
-#endif
 
 __device__ __forceinline__ float warp_sum(float v) {
     for (int d = 16; d > 0; d /= 2) v += __shfl_xor_sync(0xffffffffu, v, d);
@@ -85,32 +80,28 @@ __device__ __forceinline__ float dot32_s4(uint4 w, const uint4* xs, int chunks, 
            + dot8_s4(w.z, xs[2 * chunks + c]) + dot8_s4(w.w, xs[3 * chunks + c]);
 }
 
-// The weights and scales of U chunks (32 weights each) of each of the warp's rows from
-// chunk c on, at stride STRIDE chunks (none past the end of the row).
+// U chunks (32 weights each) of each of the warp's rows from chunk c on, at stride
+// STRIDE chunks, all loads issued before the first product; one scale per row and chunk.
 template <int U>
-__device__ __forceinline__ void load_chunks(const unsigned char* __restrict__ P,
-                                            const float* __restrict__ scale, int N, int K,
-                                            int group, int row0, int c,
-                                            uint4 (&wv)[U][ROWS], float (&s)[U][ROWS]) {
+__device__ __forceinline__ void steps(const unsigned char* __restrict__ P,
+                                      const float* __restrict__ scale, const uint4* xs,
+                                      int N, int K, int group, int row0, int c,
+                                      float* acc) {
+    const int groups = K / group, chunks = K / 32;
+    uint4 wv[U][ROWS];
+    float s[U][ROWS];
     for (int u = 0; u < U; u++)
         for (int r = 0; r < ROWS; r++)  // rows past N read row 0 and are never stored
-            if (c + STRIDE * u < K / 32) {
+            if (c + STRIDE * u < chunks) {
                 const size_t n = row0 + r < N ? row0 + r : 0;
                 wv[u][r] = __ldg(reinterpret_cast<const uint4*>(P + n * (K / 2)) + c
                                  + STRIDE * u);
-                s[u][r] = __ldg(scale + n * (K / group) + 32 * (c + STRIDE * u) / group);
+                s[u][r] = __ldg(scale + n * groups + 32 * (c + STRIDE * u) / group);
             }
-}
-
-// acc[r] += the products of the chunks load_chunks brought, one scale per row and chunk
-template <int U>
-__device__ __forceinline__ void use_chunks(const uint4* xs, int K, int c,
-                                           const uint4 (&wv)[U][ROWS],
-                                           const float (&s)[U][ROWS], float* acc) {
     for (int u = 0; u < U; u++)
-        if (c + STRIDE * u < K / 32)  // not past the end of the row (last step)
+        if (c + STRIDE * u < chunks)  // not past the end of the row (last step)
             for (int r = 0; r < ROWS; r++)
-                acc[r] = fmaf(s[u][r], dot32_s4(wv[u][r], xs, K / 32, c + STRIDE * u),
+                acc[r] = fmaf(s[u][r], dot32_s4(wv[u][r], xs, chunks, c + STRIDE * u),
                               acc[r]);
 }
 
@@ -121,14 +112,6 @@ extern "C" __global__ void gemv_5_w4a16_half2(int N, int K, int group,
                                               __half* __restrict__ y) {
     extern __shared__ uint4 xs[];  // K / 8 uint4: [4 words][K / 32 chunks]
     const int chunks = K / 32;
-    // lane of the row group: KSPLIT warps act as one wide warp of 32 KSPLIT lanes
-    const int lane = threadIdx.x % (32 * KSPLIT);
-    const int row0 = (blockIdx.x * (blockDim.x / STRIDE) + threadIdx.x / STRIDE) * ROWS;
-    const bool has_rows = row0 < N;  // a warp without rows only joins store_rows's sums
-    uint4 wv[UNROLL][ROWS];
-    float s[UNROLL][ROWS];
-    // the first weights are requested before x is prepared: their latency overlaps it
-    if (has_rows) load_chunks<UNROLL>(P, scale, N, K, group, row0, lane, wv, s);
     for (int e = threadIdx.x; e < K / 8; e += blockDim.x) {  // columns 8e .. 8e + 7
         const uint4 h = __ldg(reinterpret_cast<const uint4*>(x) + e);  // (x0 x1)..(x6 x7)
         uint4 v;  // byte_perm 0x5410: low halves of both words, 0x7632: high halves
@@ -139,21 +122,12 @@ extern "C" __global__ void gemv_5_w4a16_half2(int N, int K, int group,
         xs[(e % 4) * chunks + e / 4] = v;
     }
     __syncthreads();
+    // lane of the row group: KSPLIT warps act as one wide warp of 32 KSPLIT lanes
+    const int lane = threadIdx.x % (32 * KSPLIT);
+    const int row0 = (blockIdx.x * (blockDim.x / STRIDE) + threadIdx.x / STRIDE) * ROWS;
     float acc[ROWS] = {};
-    if (has_rows)
-        for (int c = lane; c < chunks; c += STRIDE * UNROLL) {
-#if PIPELINE
-            // software pipeline: the next step's loads fly during this step's math
-            uint4 wn[UNROLL][ROWS];
-            float sn[UNROLL][ROWS];
-            load_chunks<UNROLL>(P, scale, N, K, group, row0, c + STRIDE * UNROLL, wn, sn);
-            use_chunks<UNROLL>(xs, K, c, wv, s, acc);
-            for (int u = 0; u < UNROLL; u++)
-                for (int r = 0; r < ROWS; r++) wv[u][r] = wn[u][r], s[u][r] = sn[u][r];
-#else
-            if (c != lane) load_chunks<UNROLL>(P, scale, N, K, group, row0, c, wv, s);
-            use_chunks<UNROLL>(xs, K, c, wv, s, acc);
-#endif
-        }
+    if (row0 < N)  // a warp without rows only joins the shared sums of store_rows
+        for (int c = lane; c < chunks; c += STRIDE * UNROLL)
+            steps<UNROLL>(P, scale, xs, N, K, group, row0, c, acc);
     store_rows(acc, row0, N, y);
 }

@@ -137,11 +137,9 @@ GEMV_SHAPES = [(37, 256, 64), (9, 1024, 128), (6, 4608, 128), (64, 512, 512), (5
                (1, 1, 1)]
 
 
-def gemv_launch(name: str, N: int, rows: int = 4, warps: int = 4, unroll: int = 4, ksplit: int = 1,
-                extra: tuple[str, ...] = ()):
+def gemv_launch(name: str, N: int, rows: int = 4, warps: int = 4, unroll: int = 4, ksplit: int = 1):
     """The kernel and its launch: `warps` per block, `ksplit` of them sharing each group of `rows` rows."""
-    k = cudl.load(f"{D}/{name}.cu", name,
-                  options=(f"-DROWS={rows}", f"-DUNROLL={unroll}", f"-DKSPLIT={ksplit}", *extra))
+    k = cudl.load(f"{D}/{name}.cu", name, options=(f"-DROWS={rows}", f"-DUNROLL={unroll}", f"-DKSPLIT={ksplit}"))
     return k, (cdiv(N * ksplit, rows * warps),), (32 * warps,)
 
 
@@ -164,15 +162,14 @@ def test_gemv_fp16(shape, rows, unroll, ksplit):
     check_gemv(y, w.astype(np.float64) @ x.astype(np.float64), "gemv_1_fp16")
 
 
-@pytest.mark.parametrize("half2", [0, 1])
-@pytest.mark.parametrize("rows,unroll,ksplit", [(1, 4, 1), (4, 2, 1), (2, 3, 2), (1, 2, 4)])
+@pytest.mark.parametrize("rows,unroll,ksplit", [(1, 4, 1), (4, 2, 1), (2, 3, 2), (1, 1, 4)])
 @pytest.mark.parametrize("shape", GEMV_SHAPES[:-1], ids=lambda s: "x".join(map(str, s)))
-def test_gemv_w8a16(shape, rows, unroll, ksplit, half2):
+def test_gemv_w8a16(shape, rows, unroll, ksplit):
     N, K, group = shape
     w, x = rand(N, K), rand(K).astype(np.float16)
     q, s = quantize_int8_ref(w, group)
     y = out_buf(N, np.float16, np.nan)
-    k, grid, block = gemv_launch("gemv_2_w8a16", N, rows, unroll=unroll, ksplit=ksplit, extra=(f"-DHALF2={half2}",))
+    k, grid, block = gemv_launch("gemv_2_w8a16", N, rows, unroll=unroll, ksplit=ksplit)
     k(grid, block, (N, K, group, cudl.xp.asarray(q), cudl.xp.asarray(s), cudl.xp.asarray(x), y))
     cudl.sync()
     ref = dequantize_ref(q, s, group).astype(np.float64) @ x.astype(np.float64)
@@ -197,14 +194,13 @@ def test_gemv_w4a16(shape, rows, unroll, ksplit):
                          [(1, 4, 4, 1), (2, 2, 8, 1), (1, 3, 8, 2), (2, 2, 8, 4), (1, 1, 4, 1)])
 @pytest.mark.parametrize("shape", [s for s in GEMV_SHAPES if s[1] % 32 == 0 and s[2] % 32 == 0],
                          ids=lambda s: "x".join(map(str, s)))
-@pytest.mark.parametrize("name,extra", [("gemv_4_w4a16_smem", ()), ("gemv_5_w4a16_half2", ()),
-                                        ("gemv_5_w4a16_half2", ("-DPIPELINE=0",))])
-def test_gemv_w4a16_smem(name, extra, shape, rows, unroll, warps, ksplit):
+@pytest.mark.parametrize("name", ["gemv_4_w4a16_smem", "gemv_5_w4a16_half2"])
+def test_gemv_w4a16_smem(name, shape, rows, unroll, warps, ksplit):
     N, K, group = shape
     w, x = rand(N, K), rand(K).astype(np.float16)
     p, s = quantize_int4_ref(w, group)
     y = out_buf(N, np.float16, np.nan)
-    k, grid, block = gemv_launch(name, N, rows, warps, unroll, ksplit, extra)
+    k, grid, block = gemv_launch(name, N, rows, warps, unroll, ksplit)
     k(grid, block, (N, K, group, cudl.xp.asarray(p), cudl.xp.asarray(s), cudl.xp.asarray(x), y), shared_mem=4 * K)
     cudl.sync()
     ref = dequantize_ref(unpack_int4(p), s, group).astype(np.float64) @ x.astype(np.float64)
