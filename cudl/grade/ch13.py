@@ -182,7 +182,8 @@ def quantize_groups(load: Any, case: dict[str, Any]) -> list[tuple[Any, Any]]:
               "leaves q 16^p exactly (fold 16^-p into x); nibbles at bits 20-31 come from the word >> 12",
               "one warp per row; lane l handles 16-byte chunks c = l, l + 32, ... of the row (uint4 loads of "
               "P, 4 uint4 loads of x per chunk); per chunk: partial = sum of 32 products, acc += "
-              "scale[row * (K / 128) + c / 4] * partial; load 4 chunks' weights before using any"])
+              "scale[row * (K / 128) + c / 4] * partial; load the weights of UNROLL chunks (the solution: 2) "
+              "before using any"])
 def w4a16_gemv(load: Any, case: dict[str, Any]) -> list[tuple[Any, Any]]:
     """y = (s * Q) x, Q int4 packed two per byte, one float32 scale per 128 weights of a row; x, y fp16."""
     N, K = case["N"], case["K"]

@@ -7,8 +7,10 @@
 // copy of W with arithmetic on the side: 2 flops per 2 bytes, far below any ridge point.
 // Limit: memory-bound, 2 B per weight (+ x): copy bandwidth at best; the chapter's target
 // is 1.2x cuBLAS's fp16 GEMV (torch.matmul) at decode shapes on the H100.
-// Launch: block 32 * WARPS, grid ceil(N / (ROWS * WARPS)). K % 8 == 0 takes the 16-byte
-// path (row starts 16-byte aligned); other K fall back to one half per lane per step.
+// Launch: block 32 * WARPS, grid ceil(N KSPLIT / (ROWS * WARPS)): KSPLIT warps (a
+// divisor of WARPS <= 32) share each group of ROWS rows and add their sums in shared
+// memory. K % 8 == 0 takes the 16-byte path (row starts 16-byte aligned); other K fall
+// back to one half per lane per step.
 
 #include <cuda_fp16.h>
 
@@ -18,10 +20,36 @@
 #ifndef UNROLL
 #define UNROLL 2  // 16-byte chunks per lane and row in flight at once (H100 sweep)
 #endif
+#ifndef KSPLIT
+#define KSPLIT 8  // warps that share a row group, each over every KSPLIT-th 32 chunks
+#endif
+#define STRIDE (32 * KSPLIT)  // chunks between one lane's consecutive loads
 
 __device__ __forceinline__ float warp_sum(float v) {
     for (int d = 16; d > 0; d /= 2) v += __shfl_xor_sync(0xffffffffu, v, d);
     return v;
+}
+
+// y[row0 + r] = the sum of acc[r] over the KSPLIT warps (x 32 lanes) of a row group
+__device__ __forceinline__ void store_rows(const float* acc, int row0, int N,
+                                           __half* __restrict__ y) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    float v[ROWS];
+    for (int r = 0; r < ROWS; r++) v[r] = warp_sum(acc[r]);
+#if KSPLIT > 1
+    __shared__ float part[32][ROWS];  // one sum per warp (at most 32) and row
+    if (lane == 0)
+        for (int r = 0; r < ROWS; r++) part[warp][r] = v[r];
+    __syncthreads();
+    if (warp % KSPLIT != 0) return;
+    for (int r = 0; r < ROWS; r++) {
+        v[r] = 0.0f;
+        for (int p = 0; p < KSPLIT; p++) v[r] += part[warp + p][r];
+    }
+#endif
+    if (lane == 0)
+        for (int r = 0; r < ROWS; r++)
+            if (row0 + r < N) y[row0 + r] = __float2half_rn(v[r]);
 }
 
 // acc += the dot product of 8 halves of w and 8 floats of x
@@ -36,20 +64,24 @@ __device__ __forceinline__ float dot8(uint4 w, const float* xf, float acc) {
 }
 
 // U chunks (16 bytes each) of each of the warp's rows from chunk c on, every lane at
-// stride 32 chunks: all U x ROWS loads are issued before the first product, so a warp
-// waits for memory once per U chunks instead of once per chunk.
+// stride STRIDE chunks: all U x ROWS loads are issued before the first product, so a warp
+// waits for memory once per U chunks instead of once per chunk. Chunks past the end of
+// the row (the last step) are neither loaded nor used.
 template <int U>
 __device__ __forceinline__ void steps(const __half* __restrict__ W,
                                       const __half* __restrict__ x, int N, int K,
                                       int row0, int c, float* acc) {
+    const int chunks = K / 8;
     uint4 wv[U][ROWS];
     for (int u = 0; u < U; u++)
         for (int r = 0; r < ROWS; r++)  // rows past N read row 0 and are never stored
-            wv[u][r] = __ldg(reinterpret_cast<const uint4*>(
-                               W + (size_t)(row0 + r < N ? row0 + r : 0) * K)
-                             + c + 32 * u);
+            if (c + STRIDE * u < chunks)
+                wv[u][r] = __ldg(reinterpret_cast<const uint4*>(
+                                   W + (size_t)(row0 + r < N ? row0 + r : 0) * K)
+                                 + c + STRIDE * u);
     for (int u = 0; u < U; u++) {
-        uint4 xv = __ldg(reinterpret_cast<const uint4*>(x) + c + 32 * u);
+        if (c + STRIDE * u >= chunks) break;
+        uint4 xv = __ldg(reinterpret_cast<const uint4*>(x) + c + STRIDE * u);
         float xf[8];
         const __half2* xh = reinterpret_cast<const __half2*>(&xv);
         for (int i = 0; i < 4; i++) {
@@ -64,18 +96,16 @@ __device__ __forceinline__ void steps(const __half* __restrict__ W,
 extern "C" __global__ void gemv_1_fp16(int N, int K, const __half* __restrict__ W,
                                        const __half* __restrict__ x,
                                        __half* __restrict__ y) {
-    const int lane = threadIdx.x % 32;
-    const int row0 = (blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32) * ROWS;
-    if (row0 >= N) return;
+    // lane of the row group: KSPLIT warps act as one wide warp of 32 KSPLIT lanes
+    const int lane = threadIdx.x % (32 * KSPLIT);
+    const int row0 = (blockIdx.x * (blockDim.x / STRIDE) + threadIdx.x / STRIDE) * ROWS;
     float acc[ROWS] = {};
-    if (K % 8 == 0) {
-        const int chunks = K / 8;
-        int c = lane;
-        for (; c + 32 * (UNROLL - 1) < chunks; c += 32 * UNROLL)
+    if (row0 >= N) {  // no rows: only the shared sums of store_rows wait for this warp
+    } else if (K % 8 == 0) {
+        for (int c = lane; c < K / 8; c += STRIDE * UNROLL)
             steps<UNROLL>(W, x, N, K, row0, c, acc);
-        for (; c < chunks; c += 32) steps<1>(W, x, N, K, row0, c, acc);
     } else {
-        for (int k = lane; k < K; k += 32) {
+        for (int k = lane; k < K; k += STRIDE) {
             float xk = __half2float(x[k]);
             for (int r = 0; r < ROWS; r++)
                 if (row0 + r < N)
@@ -83,8 +113,5 @@ extern "C" __global__ void gemv_1_fp16(int N, int K, const __half* __restrict__ 
                                   acc[r]);
         }
     }
-    for (int r = 0; r < ROWS; r++) {
-        float v = warp_sum(acc[r]);
-        if (lane == 0 && row0 + r < N) y[row0 + r] = __float2half_rn(v);
-    }
+    store_rows(acc, row0, N, y);
 }

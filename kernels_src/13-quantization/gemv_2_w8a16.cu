@@ -10,21 +10,48 @@
 // Limit: memory-bound, 1 B per weight + 4 / group B of scale (+ x): half of gemv_1's
 // bytes, so up to 1.94x its speed; the chapter's target is 2.2x cuBLAS's fp16 GEMV on the
 // H100.
-// Launch: block 32 * WARPS, grid ceil(N / (ROWS * WARPS)). K % 16 == 0 and group % 16 ==
-// 0 take the 16-byte path; anything else falls back to one weight per lane per step.
+// Launch: block 32 * WARPS, grid ceil(N KSPLIT / (ROWS * WARPS)), as gemv_1. K % 16 == 0
+// and group % 16 == 0 take the 16-byte path; anything else falls back to one weight per
+// lane per step.
 
 #include <cuda_fp16.h>
 
 #ifndef ROWS
-#define ROWS 2  // rows per warp (H100 sweep of gpu_check.py)
+#define ROWS 1  // rows per warp (H100 sweep of gpu_check.py --sweep)
 #endif
 #ifndef UNROLL
-#define UNROLL 8  // 16-byte chunks per lane and row in flight at once
+#define UNROLL 1  // 16-byte chunks per lane and row in flight at once
 #endif
+#ifndef KSPLIT
+#define KSPLIT 4  // warps that share a row group, each over every KSPLIT-th 32 chunks
+#endif
+#define STRIDE (32 * KSPLIT)  // chunks between one lane's consecutive loads
 
 __device__ __forceinline__ float warp_sum(float v) {
     for (int d = 16; d > 0; d /= 2) v += __shfl_xor_sync(0xffffffffu, v, d);
     return v;
+}
+
+// y[row0 + r] = the sum of acc[r] over the KSPLIT warps (x 32 lanes) of a row group
+__device__ __forceinline__ void store_rows(const float* acc, int row0, int N,
+                                           __half* __restrict__ y) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    float v[ROWS];
+    for (int r = 0; r < ROWS; r++) v[r] = warp_sum(acc[r]);
+#if KSPLIT > 1
+    __shared__ float part[32][ROWS];  // one sum per warp (at most 32) and row
+    if (lane == 0)
+        for (int r = 0; r < ROWS; r++) part[warp][r] = v[r];
+    __syncthreads();
+    if (warp % KSPLIT != 0) return;
+    for (int r = 0; r < ROWS; r++) {
+        v[r] = 0.0f;
+        for (int p = 0; p < KSPLIT; p++) v[r] += part[warp + p][r];
+    }
+#endif
+    if (lane == 0)
+        for (int r = 0; r < ROWS; r++)
+            if (row0 + r < N) y[row0 + r] = __float2half_rn(v[r]);
 }
 
 // the 16 halves of x at chunk c as floats
@@ -55,8 +82,8 @@ __device__ __forceinline__ float dot16_s8(uint4 w, const float* xf) {
     return sum;
 }
 
-// U chunks (16 weights each) of each of the warp's rows from chunk c on, at stride 32
-// chunks, all loads issued before the first product; one scale per row and chunk.
+// U chunks (16 weights each) of each of the warp's rows from chunk c on, at stride
+// STRIDE chunks, all loads issued before the first product; one scale per row and chunk.
 template <int U>
 __device__ __forceinline__ void steps(const signed char* __restrict__ Q,
                                       const float* __restrict__ scale,
@@ -66,14 +93,17 @@ __device__ __forceinline__ void steps(const signed char* __restrict__ Q,
     uint4 wv[U][ROWS];
     float s[U][ROWS];
     for (int u = 0; u < U; u++)
-        for (int r = 0; r < ROWS; r++) {  // rows past N read row 0 and are never stored
-            const size_t n = row0 + r < N ? row0 + r : 0;
-            wv[u][r] = __ldg(reinterpret_cast<const uint4*>(Q + n * K) + c + 32 * u);
-            s[u][r] = __ldg(scale + n * groups + 16 * (c + 32 * u) / group);
-        }
+        for (int r = 0; r < ROWS; r++)  // rows past N read row 0 and are never stored
+            if (c + STRIDE * u < K / 16) {
+                const size_t n = row0 + r < N ? row0 + r : 0;
+                wv[u][r] =
+                    __ldg(reinterpret_cast<const uint4*>(Q + n * K) + c + STRIDE * u);
+                s[u][r] = __ldg(scale + n * groups + 16 * (c + STRIDE * u) / group);
+            }
     for (int u = 0; u < U; u++) {
+        if (c + STRIDE * u >= K / 16) break;  // past the end of the row (last step)
         float xf[16];
-        load_x16(x, c + 32 * u, xf);
+        load_x16(x, c + STRIDE * u, xf);
         for (int r = 0; r < ROWS; r++)
             acc[r] = fmaf(s[u][r], dot16_s8(wv[u][r], xf), acc[r]);
     }
@@ -84,19 +114,17 @@ extern "C" __global__ void gemv_2_w8a16(int N, int K, int group,
                                         const float* __restrict__ scale,
                                         const __half* __restrict__ x,
                                         __half* __restrict__ y) {
-    const int lane = threadIdx.x % 32;
-    const int row0 = (blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32) * ROWS;
-    if (row0 >= N) return;
+    // lane of the row group: KSPLIT warps act as one wide warp of 32 KSPLIT lanes
+    const int lane = threadIdx.x % (32 * KSPLIT);
+    const int row0 = (blockIdx.x * (blockDim.x / STRIDE) + threadIdx.x / STRIDE) * ROWS;
     const int groups = (K + group - 1) / group;
     float acc[ROWS] = {};
-    if (K % 16 == 0 && group % 16 == 0) {
-        const int chunks = K / 16;
-        int c = lane;
-        for (; c + 32 * (UNROLL - 1) < chunks; c += 32 * UNROLL)
+    if (row0 >= N) {  // no rows: only the shared sums of store_rows wait for this warp
+    } else if (K % 16 == 0 && group % 16 == 0) {
+        for (int c = lane; c < K / 16; c += STRIDE * UNROLL)
             steps<UNROLL>(Q, scale, x, N, K, group, row0, c, acc);
-        for (; c < chunks; c += 32) steps<1>(Q, scale, x, N, K, group, row0, c, acc);
     } else {
-        for (int k = lane; k < K; k += 32) {
+        for (int k = lane; k < K; k += STRIDE) {
             float xk = __half2float(x[k]);
             for (int r = 0; r < ROWS; r++)
                 if (row0 + r < N) {
@@ -106,8 +134,5 @@ extern "C" __global__ void gemv_2_w8a16(int N, int K, int group,
                 }
         }
     }
-    for (int r = 0; r < ROWS; r++) {
-        float v = warp_sum(acc[r]);
-        if (lane == 0 && row0 + r < N) y[row0 + r] = __float2half_rn(v);
-    }
+    store_rows(acc, row0, N, y);
 }

@@ -11,8 +11,9 @@
 // gemv_1's bytes; 3 instructions per weight (LOP3, FADD, FFMA) is close to what the SM
 // issues at full HBM speed, so ROWS and UNROLL (steps whose loads are issued together)
 // matter here.
-// Launch: block 32 * WARPS, grid ceil(N / (ROWS * WARPS)). Requires K even; K % 32 == 0
-// and group % 32 == 0 take the 16-byte path, others one byte per lane per step.
+// Launch: block 32 * WARPS, grid ceil(N KSPLIT / (ROWS * WARPS)), as gemv_1. Requires K
+// even; K % 32 == 0 and group % 32 == 0 take the 16-byte path, others one byte per lane
+// per step.
 
 #include <cuda_fp16.h>
 
@@ -22,10 +23,36 @@
 #ifndef UNROLL
 #define UNROLL 2  // 16-byte chunks per lane and row in flight at once
 #endif
+#ifndef KSPLIT
+#define KSPLIT 1  // warps that share a row group, each over every KSPLIT-th 32 chunks
+#endif
+#define STRIDE (32 * KSPLIT)  // chunks between one lane's consecutive loads
 
 __device__ __forceinline__ float warp_sum(float v) {
     for (int d = 16; d > 0; d /= 2) v += __shfl_xor_sync(0xffffffffu, v, d);
     return v;
+}
+
+// y[row0 + r] = the sum of acc[r] over the KSPLIT warps (x 32 lanes) of a row group
+__device__ __forceinline__ void store_rows(const float* acc, int row0, int N,
+                                           __half* __restrict__ y) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    float v[ROWS];
+    for (int r = 0; r < ROWS; r++) v[r] = warp_sum(acc[r]);
+#if KSPLIT > 1
+    __shared__ float part[32][ROWS];  // one sum per warp (at most 32) and row
+    if (lane == 0)
+        for (int r = 0; r < ROWS; r++) part[warp][r] = v[r];
+    __syncthreads();
+    if (warp % KSPLIT != 0) return;
+    for (int r = 0; r < ROWS; r++) {
+        v[r] = 0.0f;
+        for (int p = 0; p < KSPLIT; p++) v[r] += part[warp + p][r];
+    }
+#endif
+    if (lane == 0)
+        for (int r = 0; r < ROWS; r++)
+            if (row0 + r < N) y[row0 + r] = __float2half_rn(v[r]);
 }
 
 // nibble i of a word sits at p = i (i < 5) or, in word >> 12, at p = i - 3 (i >= 5)
@@ -64,8 +91,8 @@ __device__ __forceinline__ float dot32_s4(uint4 w, const float* xf) {
     return sum;
 }
 
-// U chunks (32 weights each) of each of the warp's rows from chunk c on, at stride 32
-// chunks, all loads issued before the first product; one scale per row and chunk.
+// U chunks (32 weights each) of each of the warp's rows from chunk c on, at stride
+// STRIDE chunks, all loads issued before the first product; one scale per row and chunk.
 template <int U>
 __device__ __forceinline__ void steps(const unsigned char* __restrict__ P,
                                       const float* __restrict__ scale,
@@ -75,15 +102,17 @@ __device__ __forceinline__ void steps(const unsigned char* __restrict__ P,
     uint4 wv[U][ROWS];
     float s[U][ROWS];
     for (int u = 0; u < U; u++)
-        for (int r = 0; r < ROWS; r++) {  // rows past N read row 0 and are never stored
-            const size_t n = row0 + r < N ? row0 + r : 0;
-            wv[u][r] =
-                __ldg(reinterpret_cast<const uint4*>(P + n * (K / 2)) + c + 32 * u);
-            s[u][r] = __ldg(scale + n * groups + 32 * (c + 32 * u) / group);
-        }
+        for (int r = 0; r < ROWS; r++)  // rows past N read row 0 and are never stored
+            if (c + STRIDE * u < K / 32) {
+                const size_t n = row0 + r < N ? row0 + r : 0;
+                wv[u][r] = __ldg(reinterpret_cast<const uint4*>(P + n * (K / 2)) + c
+                                 + STRIDE * u);
+                s[u][r] = __ldg(scale + n * groups + 32 * (c + STRIDE * u) / group);
+            }
     for (int u = 0; u < U; u++) {
+        if (c + STRIDE * u >= K / 32) break;  // past the end of the row (last step)
         float xf[32];
-        load_x32(x, c + 32 * u, xf);
+        load_x32(x, c + STRIDE * u, xf);
         for (int r = 0; r < ROWS; r++)
             acc[r] = fmaf(s[u][r], dot32_s4(wv[u][r], xf), acc[r]);
     }
@@ -94,20 +123,18 @@ extern "C" __global__ void gemv_3_w4a16(int N, int K, int group,
                                         const float* __restrict__ scale,
                                         const __half* __restrict__ x,
                                         __half* __restrict__ y) {
-    const int lane = threadIdx.x % 32;
-    const int row0 = (blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32) * ROWS;
-    if (row0 >= N) return;
+    // lane of the row group: KSPLIT warps act as one wide warp of 32 KSPLIT lanes
+    const int lane = threadIdx.x % (32 * KSPLIT);
+    const int row0 = (blockIdx.x * (blockDim.x / STRIDE) + threadIdx.x / STRIDE) * ROWS;
     const int groups = (K + group - 1) / group;
     const size_t row_bytes = K / 2;
     float acc[ROWS] = {};
-    if (K % 32 == 0 && group % 32 == 0) {
-        const int chunks = K / 32;
-        int c = lane;
-        for (; c + 32 * (UNROLL - 1) < chunks; c += 32 * UNROLL)
+    if (row0 >= N) {  // no rows: only the shared sums of store_rows wait for this warp
+    } else if (K % 32 == 0 && group % 32 == 0) {
+        for (int c = lane; c < K / 32; c += STRIDE * UNROLL)
             steps<UNROLL>(P, scale, x, N, K, group, row0, c, acc);
-        for (; c < chunks; c += 32) steps<1>(P, scale, x, N, K, group, row0, c, acc);
     } else {
-        for (int j = lane; j < K / 2; j += 32) {  // byte j: columns 2j, 2j + 1
+        for (int j = lane; j < K / 2; j += STRIDE) {  // byte j: columns 2j, 2j + 1
             float x0 = __half2float(x[2 * j]), x1 = __half2float(x[2 * j + 1]);
             for (int r = 0; r < ROWS; r++)
                 if (row0 + r < N) {
@@ -118,8 +145,5 @@ extern "C" __global__ void gemv_3_w4a16(int N, int K, int group,
                 }
         }
     }
-    for (int r = 0; r < ROWS; r++) {
-        float v = warp_sum(acc[r]);
-        if (lane == 0 && row0 + r < N) y[row0 + r] = __float2half_rn(v);
-    }
+    store_rows(acc, row0, N, y);
 }

@@ -5,6 +5,11 @@ GEMV at batch 1 (W N x K): cuBLAS fp16 (torch.matmul) against ours fp16, W8A16 a
 as x cuBLAS and % of copy bandwidth for the bytes it reads, over a sweep of rows per warp and warps per
 block; int8 GEMM at 4096^3 (dp4a, mma.sync) against cuBLAS fp16, torch._int_mm and torch._scaled_mm (fp8);
 fp8 conversions bit-exact against PyTorch. Prints a short table last.
+
+    python3 kernels_src/13-quantization/gpu_check.py --sweep
+checks then times the GEMV variants of SWEEP (ROWS, UNROLL, KSPLIT, WARPS) three ways: cudl.bench with the
+L2 flush that writes (CUDL_L2_FLUSH=write, the default), with the flush that reads (=read), and back to back
+over rotating copies of the weights without any flush; each against cuBLAS's fp16 GEMV timed the same way.
 """
 
 from __future__ import annotations
@@ -95,7 +100,8 @@ def gemv():
             nbk = gemv_bytes(kind, N, K)
             smem = 4 * K if "smem" in name else 0
             for rows, unroll, warps in configs:
-                k = cudl.load(f"{D}/{name}.cu", name, options=(f"-DROWS={rows}", f"-DUNROLL={unroll}"))
+                k = cudl.load(f"{D}/{name}.cu", name,
+                              options=(f"-DROWS={rows}", f"-DUNROLL={unroll}", "-DKSPLIT=1"))
                 y = cudl.poisoned(N, np.float16)
                 args = (N, K, *data[kind], x, y) if kind == "fp16" else (N, K, GROUP, *data[kind], x, y)
                 grid, block = (cdiv(N, rows * warps),), (32 * warps,)
@@ -201,11 +207,158 @@ def fp8():
         summary.append(line)
 
 
-print(cudl.ceilings(), flush=True)
-for part in (gemv, igemm, fp8):
+# ---- python3 kernels_src/13-quantization/gpu_check.py --sweep (about a minute on an H100) ----
+# (kernel, format, ROWS, UNROLL, KSPLIT, WARPS, other -D options); the first of each kernel is its
+# default. Two H100 rounds on 2026-11-25 chose them: one row per warp, few loads in flight per lane
+# (UNROLL 1-2) and several warps per row (KSPLIT) for fp16 and int8; gemv_5 (half2) for int4. Tried
+# and dropped: a half2 path for gemv_2, a software pipeline for gemv_5 (neither was faster).
+SWEEP = [("gemv_1_fp16", "fp16", 1, 2, 8, 16, ()), ("gemv_1_fp16", "fp16", 1, 2, 4, 8, ()),
+         ("gemv_1_fp16", "fp16", 1, 2, 2, 8, ()), ("gemv_1_fp16", "fp16", 1, 4, 4, 8, ()),
+         ("gemv_1_fp16", "fp16", 1, 2, 1, 4, ()), ("gemv_1_fp16", "fp16", 4, 2, 1, 4, ()),
+         ("gemv_2_w8a16", "w8", 1, 1, 4, 8, ()), ("gemv_2_w8a16", "w8", 1, 2, 4, 8, ()),
+         ("gemv_2_w8a16", "w8", 1, 1, 8, 16, ()), ("gemv_2_w8a16", "w8", 1, 1, 2, 8, ()),
+         ("gemv_2_w8a16", "w8", 2, 8, 1, 4, ()),
+         ("gemv_3_w4a16", "w4", 1, 2, 1, 4, ()), ("gemv_4_w4a16_smem", "w4", 1, 4, 1, 16, ()),
+         ("gemv_5_w4a16_half2", "w4", 1, 2, 1, 16, ()), ("gemv_5_w4a16_half2", "w4", 1, 1, 1, 16, ()),
+         ("gemv_5_w4a16_half2", "w4", 1, 1, 2, 16, ()), ("gemv_5_w4a16_half2", "w4", 1, 4, 1, 8, ()),
+         ("gemv_5_w4a16_half2", "w4", 1, 2, 1, 32, ())]
+_spin = None
+
+
+def time_rotating(fns, runs: int = 60) -> float:
+    """Median ms of fns[i % len(fns)]() (each over its own copy of the weights, so nothing is left in L2
+    from its last run, and no flush either), timed back to back behind a spin kernel that holds the GPU
+    while the host queues all runs: no launch gaps in the times."""
+    import cupy
+
+    global _spin
+    if _spin is None:
+        _spin = cupy.RawKernel(r"""extern "C" __global__ void spin(long long cycles) {
+            long long t0 = clock64(); while (clock64() - t0 < cycles) {} }""", "spin")
+    for f in fns:
+        f()
+    cupy.cuda.get_current_stream().synchronize()
+    ev = [(cupy.cuda.Event(), cupy.cuda.Event()) for _ in range(runs)]
+    _spin((1,), (1,), (np.int64(20_000_000),))  # ~10 ms at 2 GHz: longer than queuing the runs
+    for i, (a, b) in enumerate(ev):
+        a.record()
+        fns[i % len(fns)]()
+        b.record()
+    ev[-1][1].synchronize()
+    return float(np.median([cupy.cuda.get_elapsed_time(a, b) for a, b in ev]))
+
+
+def time_flushed(fn, mode: str) -> float:
+    import os
+
+    os.environ["CUDL_L2_FLUSH"] = mode
     try:
-        part()
-    except Exception:  # noqa: BLE001
-        traceback.print_exc()
-print("\n==== summary")
-print("\n".join(summary))
+        return cudl.bench(fn, warmup_ms=5, rep_ms=30, max_runs=200).ms
+    finally:
+        os.environ["CUDL_L2_FLUSH"] = "write"
+
+
+def sweep() -> None:
+    import time
+
+    t0 = time.time()
+    copy = cudl.ceilings()["copy_gbps"]
+    modes = ("write", "read", "rotate")
+    print(f"{cudl.gpu_name()}: copy {copy:.0f} GB/s; times in us; x = cuBLAS fp16 GEMV time / ours "
+          "(same mode); % = of copy bandwidth for the bytes read", flush=True)
+    table = []  # (shape, name, fmt, config, {mode: us}, err)
+    cublas = {}
+    for N, K in SHAPES:
+        w32 = cudl.randn((N, K)) * 0.02
+        x = cudl.randn(K).astype(np.float16)
+        w16 = w32.astype(np.float16)
+        wt, xt = tt(w16), tt(x)
+        data = {"fp16": (w16,)}
+        refs = {"fp16": wt.double() @ xt.double()}
+        for kind in ("w8", "w4"):
+            data[kind] = quantize_on_gpu(w32, kind)
+            refs[kind] = dequant_torch(*data[kind], kind, N, K) @ xt.double()
+        # copies of every format's operands for the rotating timing (> 2 x 50 MB L2 each)
+        copies = {kind: [data[kind]] + [tuple(cudl.xp.array(v, copy=True) for v in data[kind])
+                                        for _ in range(max(1, cdiv(256 * 2**20, gemv_bytes(kind, N, K))) - 1)]
+                  for kind in data}
+        wts = [tt(c[0]) for c in copies["fp16"]]
+        cub = {m: time_flushed(lambda: torch.matmul(wt, xt), m) for m in modes[:2]}
+        cub["rotate"] = time_rotating([lambda w=w: torch.matmul(w, xt) for w in wts])
+        cublas[(N, K)] = cub
+        print(f"== {N}x{K} cuBLAS: " + "  ".join(
+            f"{m} {1e3 * cub[m]:6.1f} us {100 * gemv_bytes('fp16', N, K) / cub[m] / 1e6 / copy:3.0f}%"
+            for m in modes), flush=True)
+        for name, kind, rows, unroll, ksplit, warps, extra in SWEEP:
+            k = cudl.load(f"{D}/{name}.cu", name,
+                          options=(f"-DROWS={rows}", f"-DUNROLL={unroll}", f"-DKSPLIT={ksplit}", *extra))
+            smem = {"gemv_4_w4a16_smem": 4 * K, "gemv_5_w4a16_half2": 2 * K}.get(name, 0)
+            grid, block = (cdiv(N * ksplit, rows * warps),), (32 * warps,)
+            y = cudl.poisoned(N, np.float16)
+
+            def launch(ops, y=y, k=k, grid=grid, block=block, smem=smem):
+                extra = () if len(ops) == 1 else (GROUP,)
+                k(grid, block, (N, K, *extra, *ops, x, y), shared_mem=smem)
+
+            launch(data[kind])
+            cudl.sync()
+            got = tt(y).double()
+            err = float((got - refs[kind]).norm() / refs[kind].norm())  # NaN (unwritten rows) fails too
+            ok = err < 2e-3
+            cfg = f"R={rows} U={unroll} KS={ksplit} W={warps}" + "".join(" " + e[2:] for e in extra)
+            times = {}
+            if ok:
+                for m in modes[:2]:
+                    times[m] = time_flushed(lambda: launch(data[kind]), m)
+                times["rotate"] = time_rotating([lambda c=c: launch(c) for c in copies[kind]])
+            table.append(((N, K), name, kind, cfg, times, err))
+            nb = gemv_bytes(kind, N, K)
+            print(f"  {'OK ' if ok else 'BAD'} {name:19s} {cfg:32s} err {err:.1e} regs {k.num_regs} " + "  ".join(
+                f"{m} {1e3 * t:6.1f} us x{cub[m] / t:4.2f} {100 * nb / t / 1e6 / copy:3.0f}%"
+                for m, t in times.items()), flush=True)
+    print(f"\n==== sweep summary ({time.time() - t0:.0f} s): per shape and format, the best variant by the "
+          "'read' flush; all three timings of it; the target x cuBLAS and >= 75% copy")
+    targets = {"fp16": 1.2, "w8": 2.2, "w4": 3.5}
+    for shape in SHAPES:
+        cub = cublas[shape]
+        print(f"{shape[0]}x{shape[1]}  cuBLAS " + " ".join(
+            f"{m} {1e3 * cub[m]:5.1f}us {100 * gemv_bytes('fp16', *shape) / cub[m] / 1e6 / copy:2.0f}%"
+            for m in modes))
+        for kind in ("fp16", "w8", "w4"):
+            rows_ = [r for r in table if r[0] == shape and r[2] == kind and r[4]]
+            if not rows_:
+                print(f"  {kind}: no correct variant")
+                continue
+            _, name, _, cfg, times, _ = min(rows_, key=lambda r: r[4]["read"])
+            nb = gemv_bytes(kind, *shape)
+            print(f"  {kind:4s} {name:19s} {cfg:32s} " + " ".join(
+                f"{m} x{cub[m] / times[m]:4.2f} {100 * nb / times[m] / 1e6 / copy:2.0f}%" for m in modes)
+                + f"  (target x{targets[kind]})")
+    print("best configuration over the three shapes (sum of 'read' times) per kernel:")
+    for name in dict.fromkeys(r[1] for r in table):
+        by_cfg = {}
+        for _shape, n, _, cfg, times, _ in table:
+            if n == name:
+                by_cfg.setdefault(cfg, []).append(times.get("read", float("inf")))
+        cfg, ts = min(by_cfg.items(), key=lambda kv: sum(kv[1]))
+        print(f"  {name:19s} {cfg:32s} " + " ".join(f"{1e3 * t:6.1f}" for t in ts) + " us")
+
+
+def main() -> None:
+    import sys
+
+    if "--sweep" in sys.argv:
+        sweep()
+        return
+    print(cudl.ceilings(), flush=True)
+    for part in (gemv, igemm, fp8):
+        try:
+            part()
+        except Exception:  # noqa: BLE001
+            traceback.print_exc()
+    print("\n==== summary")
+    print("\n".join(summary))
+
+
+if __name__ == "__main__":
+    main()

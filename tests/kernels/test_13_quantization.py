@@ -137,9 +137,10 @@ GEMV_SHAPES = [(37, 256, 64), (9, 1024, 128), (6, 4608, 128), (64, 512, 512), (5
                (1, 1, 1)]
 
 
-def gemv_launch(name: str, N: int, rows: int = 4, warps: int = 4, unroll: int = 4):
-    k = cudl.load(f"{D}/{name}.cu", name, options=(f"-DROWS={rows}", f"-DUNROLL={unroll}"))
-    return k, (cdiv(N, rows * warps),), (32 * warps,)
+def gemv_launch(name: str, N: int, rows: int = 4, warps: int = 4, unroll: int = 4, ksplit: int = 1):
+    """The kernel and its launch: `warps` per block, `ksplit` of them sharing each group of `rows` rows."""
+    k = cudl.load(f"{D}/{name}.cu", name, options=(f"-DROWS={rows}", f"-DUNROLL={unroll}", f"-DKSPLIT={ksplit}"))
+    return k, (cdiv(N * ksplit, rows * warps),), (32 * warps,)
 
 
 def check_gemv(y, ref: np.ndarray, name: str) -> None:
@@ -149,59 +150,61 @@ def check_gemv(y, ref: np.ndarray, name: str) -> None:
     assert err < GEMV_TOL, f"{name}: relative error {err:.2e}"
 
 
-@pytest.mark.parametrize("rows,unroll", [(1, 4), (2, 1), (4, 2)])
+@pytest.mark.parametrize("rows,unroll,ksplit", [(1, 4, 1), (2, 1, 1), (4, 2, 1), (2, 2, 2), (1, 3, 4)])
 @pytest.mark.parametrize("shape", GEMV_SHAPES, ids=lambda s: "x".join(map(str, s)))
-def test_gemv_fp16(shape, rows, unroll):
+def test_gemv_fp16(shape, rows, unroll, ksplit):
     N, K, _ = shape
     w, x = rand(N, K).astype(np.float16), rand(K).astype(np.float16)
     y = out_buf(N, np.float16, np.nan)
-    k, grid, block = gemv_launch("gemv_1_fp16", N, rows, unroll=unroll)
+    k, grid, block = gemv_launch("gemv_1_fp16", N, rows, unroll=unroll, ksplit=ksplit)
     k(grid, block, (N, K, cudl.xp.asarray(w), cudl.xp.asarray(x), y))
     cudl.sync()
     check_gemv(y, w.astype(np.float64) @ x.astype(np.float64), "gemv_1_fp16")
 
 
-@pytest.mark.parametrize("rows,unroll", [(1, 4), (4, 2)])
+@pytest.mark.parametrize("rows,unroll,ksplit", [(1, 4, 1), (4, 2, 1), (2, 3, 2), (1, 1, 4)])
 @pytest.mark.parametrize("shape", GEMV_SHAPES[:-1], ids=lambda s: "x".join(map(str, s)))
-def test_gemv_w8a16(shape, rows, unroll):
+def test_gemv_w8a16(shape, rows, unroll, ksplit):
     N, K, group = shape
     w, x = rand(N, K), rand(K).astype(np.float16)
     q, s = quantize_int8_ref(w, group)
     y = out_buf(N, np.float16, np.nan)
-    k, grid, block = gemv_launch("gemv_2_w8a16", N, rows, unroll=unroll)
+    k, grid, block = gemv_launch("gemv_2_w8a16", N, rows, unroll=unroll, ksplit=ksplit)
     k(grid, block, (N, K, group, cudl.xp.asarray(q), cudl.xp.asarray(s), cudl.xp.asarray(x), y))
     cudl.sync()
     ref = dequantize_ref(q, s, group).astype(np.float64) @ x.astype(np.float64)
     check_gemv(y, ref, "gemv_2_w8a16")
 
 
-@pytest.mark.parametrize("rows,unroll", [(1, 4), (4, 2)])
+@pytest.mark.parametrize("rows,unroll,ksplit", [(1, 4, 1), (4, 2, 1), (2, 3, 2), (1, 2, 4)])
 @pytest.mark.parametrize("shape", GEMV_SHAPES[:-1], ids=lambda s: "x".join(map(str, s)))
-def test_gemv_w4a16(shape, rows, unroll):
+def test_gemv_w4a16(shape, rows, unroll, ksplit):
     N, K, group = shape
     w, x = rand(N, K), rand(K).astype(np.float16)
     p, s = quantize_int4_ref(w, group)
     y = out_buf(N, np.float16, np.nan)
-    k, grid, block = gemv_launch("gemv_3_w4a16", N, rows, unroll=unroll)
+    k, grid, block = gemv_launch("gemv_3_w4a16", N, rows, unroll=unroll, ksplit=ksplit)
     k(grid, block, (N, K, group, cudl.xp.asarray(p), cudl.xp.asarray(s), cudl.xp.asarray(x), y))
     cudl.sync()
     ref = dequantize_ref(unpack_int4(p), s, group).astype(np.float64) @ x.astype(np.float64)
     check_gemv(y, ref, "gemv_3_w4a16")
 
 
-@pytest.mark.parametrize("rows,unroll,warps", [(1, 4, 4), (2, 2, 8)])
+@pytest.mark.parametrize("rows,unroll,warps,ksplit",
+                         [(1, 4, 4, 1), (2, 2, 8, 1), (1, 3, 8, 2), (2, 2, 8, 4), (1, 1, 4, 1)])
 @pytest.mark.parametrize("shape", [s for s in GEMV_SHAPES if s[1] % 32 == 0 and s[2] % 32 == 0],
                          ids=lambda s: "x".join(map(str, s)))
-def test_gemv_w4a16_smem(shape, rows, unroll, warps):
+@pytest.mark.parametrize("name", ["gemv_4_w4a16_smem", "gemv_5_w4a16_half2"])
+def test_gemv_w4a16_smem(name, shape, rows, unroll, warps, ksplit):
     N, K, group = shape
     w, x = rand(N, K), rand(K).astype(np.float16)
     p, s = quantize_int4_ref(w, group)
     y = out_buf(N, np.float16, np.nan)
-    k, grid, block = gemv_launch("gemv_4_w4a16_smem", N, rows, warps, unroll)
+    k, grid, block = gemv_launch(name, N, rows, warps, unroll, ksplit)
     k(grid, block, (N, K, group, cudl.xp.asarray(p), cudl.xp.asarray(s), cudl.xp.asarray(x), y), shared_mem=4 * K)
     cudl.sync()
     ref = dequantize_ref(unpack_int4(p), s, group).astype(np.float64) @ x.astype(np.float64)
-    check_gemv(y, ref, "gemv_4_w4a16_smem")
+    check_gemv(y, ref, name)
 
 
 def test_gemv_w4a16_every_nibble_position():
@@ -216,11 +219,11 @@ def test_gemv_w4a16_every_nibble_position():
     x = rand(K).astype(np.float16)
     y = out_buf(N, np.float16, np.nan)
     ref = dequantize_ref(q, s, group).astype(np.float64) @ x.astype(np.float64)
-    for name in ("gemv_3_w4a16", "gemv_4_w4a16_smem"):
+    for name in ("gemv_3_w4a16", "gemv_4_w4a16_smem", "gemv_5_w4a16_half2"):
         y.fill(np.nan)
         k, grid, block = gemv_launch(name, N, 4)
         k(grid, block, (N, K, group, cudl.xp.asarray(pack_int4(q)), cudl.xp.asarray(s), cudl.xp.asarray(x), y),
-          shared_mem=4 * K if "smem" in name else 0)
+          shared_mem=0 if name == "gemv_3_w4a16" else 4 * K)
         cudl.sync()
         check_gemv(y, ref, f"{name}: nibble positions")
 

@@ -1,0 +1,133 @@
+// gemv_5_w4a16_half2: gemv_4_w4a16_smem with the int4 unpacking and the products done two
+// at a time in half2 instead of one at a time in float. The exponent trick of gemv_3 at
+// half precision: a nibble n OR-ed under the exponent of the half 1024 (0x6400) is the
+// half 1024 + n, and one LOP3 does it for two nibbles 16 bits apart (mask 0x000F000F:
+// columns 0 and 4 of a word's 8). Nibbles 1 and 5 (mask 0x00F000F0) give 1024 + 16 n,
+// turned into q = n - 8 by one HFMA2 (x 1/16, - 72); the word shifted right by 8 gives
+// columns 2, 6 and 3, 7 the same way. Every step is exact in half precision (integers
+// below 2048). x is prepared once per block in shared memory as the matching half2
+// pairs (x0, x4), (x1, x5), (x2, x6), (x3, x7) of each word; the 8 products of a word
+// are added in half2 (4 per half, a few ulps), then in float.
+// Limit: memory-bound, 0.5 B per weight + 4 / group B of scale; about 2 instructions per
+// weight (gemv_4: 3 plus its shared-memory loads).
+// Launch: block 32 * WARPS, grid ceil(N KSPLIT / (ROWS * WARPS)), shared_mem 2 K bytes.
+// Requires K % 32 == 0 and group % 32 == 0 (use gemv_3 for other shapes).
+
+#include <cuda_fp16.h>
+
+#ifndef ROWS
+#define ROWS 1  // rows per warp
+#endif
+#ifndef UNROLL
+#define UNROLL 2  // 16-byte chunks per lane and row in flight at once (H100 sweep)
+#endif
+#ifndef KSPLIT
+#define KSPLIT 1  // warps that share a row group, each over every KSPLIT-th 32 chunks
+#endif
+#define STRIDE (32 * KSPLIT)  // chunks between one lane's consecutive loads
+
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int d = 16; d > 0; d /= 2) v += __shfl_xor_sync(0xffffffffu, v, d);
+    return v;
+}
+
+// y[row0 + r] = the sum of acc[r] over the KSPLIT warps (x 32 lanes) of a row group
+__device__ __forceinline__ void store_rows(const float* acc, int row0, int N,
+                                           __half* __restrict__ y) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    float v[ROWS];
+    for (int r = 0; r < ROWS; r++) v[r] = warp_sum(acc[r]);
+#if KSPLIT > 1
+    __shared__ float part[32][ROWS];  // one sum per warp (at most 32) and row
+    if (lane == 0)
+        for (int r = 0; r < ROWS; r++) part[warp][r] = v[r];
+    __syncthreads();
+    if (warp % KSPLIT != 0) return;
+    for (int r = 0; r < ROWS; r++) {
+        v[r] = 0.0f;
+        for (int p = 0; p < KSPLIT; p++) v[r] += part[warp + p][r];
+    }
+#endif
+    if (lane == 0)
+        for (int r = 0; r < ROWS; r++)
+            if (row0 + r < N) y[row0 + r] = __float2half_rn(v[r]);
+}
+
+__device__ __forceinline__ __half2 as_half2(unsigned u) {
+    return *reinterpret_cast<const __half2*>(&u);
+}
+
+// the dot product of 8 int4 weights (one word) with their 4 prepared pairs of x
+__device__ __forceinline__ float dot8_s4(unsigned w, uint4 xv) {
+    const __half2 k1032 = __float2half2_rn(1032.0f);     // 1024 + 8
+    const __half2 k16th = __float2half2_rn(0.0625f), k72 = __float2half2_rn(-72.0f);
+    const unsigned v = w >> 8;
+    const __half2 q0 = __hsub2(as_half2((w & 0x000F000Fu) | 0x64006400u), k1032);
+    const __half2 q1 = __hfma2(as_half2((w & 0x00F000F0u) | 0x64006400u), k16th, k72);
+    const __half2 q2 = __hsub2(as_half2((v & 0x000F000Fu) | 0x64006400u), k1032);
+    const __half2 q3 = __hfma2(as_half2((v & 0x00F000F0u) | 0x64006400u), k16th, k72);
+    __half2 d = __hmul2(q0, as_half2(xv.x));
+    d = __hfma2(q1, as_half2(xv.y), d);
+    d = __hfma2(q2, as_half2(xv.z), d);
+    d = __hfma2(q3, as_half2(xv.w), d);
+    const float2 f = __half22float2(d);
+    return f.x + f.y;
+}
+
+// the dot product of 32 int4 weights (one uint4) with chunk c of the prepared x
+__device__ __forceinline__ float dot32_s4(uint4 w, const uint4* xs, int chunks, int c) {
+    return dot8_s4(w.x, xs[c]) + dot8_s4(w.y, xs[chunks + c])
+           + dot8_s4(w.z, xs[2 * chunks + c]) + dot8_s4(w.w, xs[3 * chunks + c]);
+}
+
+// U chunks (32 weights each) of each of the warp's rows from chunk c on, at stride
+// STRIDE chunks, all loads issued before the first product; one scale per row and chunk.
+template <int U>
+__device__ __forceinline__ void steps(const unsigned char* __restrict__ P,
+                                      const float* __restrict__ scale, const uint4* xs,
+                                      int N, int K, int group, int row0, int c,
+                                      float* acc) {
+    const int groups = K / group, chunks = K / 32;
+    uint4 wv[U][ROWS];
+    float s[U][ROWS];
+    for (int u = 0; u < U; u++)
+        for (int r = 0; r < ROWS; r++)  // rows past N read row 0 and are never stored
+            if (c + STRIDE * u < chunks) {
+                const size_t n = row0 + r < N ? row0 + r : 0;
+                wv[u][r] = __ldg(reinterpret_cast<const uint4*>(P + n * (K / 2)) + c
+                                 + STRIDE * u);
+                s[u][r] = __ldg(scale + n * groups + 32 * (c + STRIDE * u) / group);
+            }
+    for (int u = 0; u < U; u++)
+        if (c + STRIDE * u < chunks)  // not past the end of the row (last step)
+            for (int r = 0; r < ROWS; r++)
+                acc[r] = fmaf(s[u][r], dot32_s4(wv[u][r], xs, chunks, c + STRIDE * u),
+                              acc[r]);
+}
+
+extern "C" __global__ void gemv_5_w4a16_half2(int N, int K, int group,
+                                              const unsigned char* __restrict__ P,
+                                              const float* __restrict__ scale,
+                                              const __half* __restrict__ x,
+                                              __half* __restrict__ y) {
+    extern __shared__ uint4 xs[];  // K / 8 uint4: [4 words][K / 32 chunks]
+    const int chunks = K / 32;
+    for (int e = threadIdx.x; e < K / 8; e += blockDim.x) {  // columns 8e .. 8e + 7
+        const uint4 h = __ldg(reinterpret_cast<const uint4*>(x) + e);  // (x0 x1)..(x6 x7)
+        uint4 v;  // byte_perm 0x5410: low halves of both words, 0x7632: high halves
+        v.x = __byte_perm(h.x, h.z, 0x5410);  // (x0, x4)
+        v.y = __byte_perm(h.x, h.z, 0x7632);  // (x1, x5)
+        v.z = __byte_perm(h.y, h.w, 0x5410);  // (x2, x6)
+        v.w = __byte_perm(h.y, h.w, 0x7632);  // (x3, x7)
+        xs[(e % 4) * chunks + e / 4] = v;
+    }
+    __syncthreads();
+    // lane of the row group: KSPLIT warps act as one wide warp of 32 KSPLIT lanes
+    const int lane = threadIdx.x % (32 * KSPLIT);
+    const int row0 = (blockIdx.x * (blockDim.x / STRIDE) + threadIdx.x / STRIDE) * ROWS;
+    float acc[ROWS] = {};
+    if (row0 < N)  // a warp without rows only joins the shared sums of store_rows
+        for (int c = lane; c < chunks; c += STRIDE * UNROLL)
+            steps<UNROLL>(P, scale, xs, N, K, group, row0, c, acc);
+    store_rows(acc, row0, N, y);
+}
