@@ -55,8 +55,12 @@
 #endif
 // IN_FLIGHT (kernel 4): wgmma groups left running while the next step's copies start
 // (1: wait for all; 2: the previous step's may still run, loads run STAGES - 2 ahead)
-#ifndef IN_FLIGHT
-#define IN_FLIGHT 2  // the chapter times 1 and 2
+#ifndef IN_FLIGHT  // the chapter times 1 and 2; 2 needs a third stage, so a build of
+#if STAGES >= 3     // kernel 5 with 2 stages (the same file) falls back to 1
+#define IN_FLIGHT 2
+#else
+#define IN_FLIGHT 1
+#endif
 #endif
 // SETMAXNREG (kernel 5): the producer gives registers back (40), the consumers take them
 // (232 each); PERSISTENT (kernel 5): a grid of one block per SM loops over the tiles.

@@ -216,3 +216,14 @@ def test_wgmma_kernels_on_hopper(kernel, threads, options):
         ref = a.astype(np.float64) @ b.astype(np.float64)
         got = cudl.to_numpy(C).astype(np.float64)
         assert np.linalg.norm(got - ref) / np.linalg.norm(ref) < TOL, (kernel, M, N, K)
+
+
+@pytest.mark.parametrize("stages", [2, 3, 4])
+def test_wgmma_file_compiles_for_every_stage_count(stages):
+    """Kernels 4 and 5 share a file: a kernel-5 build with 2 stages must not trip kernel 4's
+    IN_FLIGHT = 2 (which needs 3 stages); the chapter sweeps kernel 5 over 2-4 stages."""
+    from cudl.compile import nvrtc_compile
+    from cudl.nbtools import KERNELS_DIR
+
+    src = (KERNELS_DIR / "11-tensor-cores/hgemm_4_wgmma.cu").read_text()
+    nvrtc_compile(src, "11-tensor-cores/hgemm_4_wgmma.cu", "sm_90a", (f"-DSTAGES={stages}",))
