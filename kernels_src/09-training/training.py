@@ -14,6 +14,8 @@ features matrix for dense layers, (batch h w) x channels (NHWC) for convolutions
 
 from __future__ import annotations
 
+import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -522,3 +524,108 @@ def _nhwc_flatten_class() -> Any:
 # a constructor made on first use, since torch is optional
 def _NHWCFlatten() -> Any:  # noqa: N802
     return _nhwc_flatten_class()()
+
+
+# --------------------------------------------------------------------------- CUDA graphs
+
+
+def cupy_graph(step: Callable[[], Any]) -> Callable[[], None]:
+    """Record one call of `step` (the book's step) as a CUDA graph; returns its replay.
+
+    One warm-up call first (kernels compile, buffers are allocated), then the capture on
+    a side stream (the legacy default stream cannot capture). The replay runs on the
+    stream that is current when it is called. Both calls are real steps: the model
+    trains two steps.
+    """
+    import cupy
+
+    cupy.cuda.Device().synchronize()  # the weights were written on another stream
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        step()
+        stream.synchronize()
+        stream.begin_capture()
+        step()
+        graph = stream.end_capture()
+    return lambda: graph.launch(cupy.cuda.get_current_stream())
+
+
+def torch_step(
+    twin: Any, opt: Any, loader: Loader, *, graph: bool = False, warmup: int = 3
+) -> Callable[..., Any]:
+    """A PyTorch training step of `twin` on the batches of `loader`, in the same order.
+
+    The step picks its batch, runs forward, cross-entropy, backward and opt.step(), and
+    returns the mean loss as a device tensor. Eager (graph=False): step(model=twin) picks
+    the batch by a Python counter (pass a torch.compile'd twin as model). Graphed: the
+    batch index is a device counter, the batch is gathered into static tensors, and the
+    whole step is one torch.cuda.CUDAGraph; step() replays it and returns the static
+    loss tensor, which the next replay overwrites (clone it to keep it). opt must be
+    built with capturable=True (AdamW's step count then lives on the device).
+    """
+    import torch
+    import torch.nn.functional as F
+
+    batch, steps = loader.batch, loader.steps
+    x_all = torch.as_tensor(cudl.to_numpy(loader.data), device="cuda")
+    y_all = torch.as_tensor(cudl.to_numpy(loader.labels), device="cuda").long()
+    order = torch.as_tensor(cudl.to_numpy(loader.order), device="cuda").long()
+
+    def train(model: Any, x: Any, y: Any) -> Any:
+        loss = F.cross_entropy(model(x), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
+    if not graph:
+        taken = [0]
+
+        def eager_step(model: Any = twin) -> Any:
+            idx = order[(taken[0] % steps) * batch :][:batch]
+            taken[0] += 1
+            return train(model, x_all[idx], y_all[idx])
+
+        return eager_step
+
+    if not all(group["capturable"] for group in opt.param_groups):
+        raise ValueError("a captured optimizer step needs capturable=True")
+    order = order.view(steps, batch)
+    counter = torch.zeros(1, dtype=torch.long, device="cuda")  # steps taken, mod steps
+    x = torch.empty(batch, x_all.shape[1], device="cuda")  # the static batch
+    y = torch.empty(batch, dtype=torch.long, device="cuda")
+
+    def graphed_step() -> Any:  # no host sync and no Python value that changes
+        idx = order.index_select(0, counter).view(-1)
+        torch.index_select(x_all, 0, idx, out=x)
+        torch.index_select(y_all, 0, idx, out=y)
+        counter.add_(1).remainder_(steps)
+        return train(twin, x, y)
+
+    # Warm up on a side stream, as PyTorch's CUDA-graph notes prescribe: autograd and
+    # the optimizer allocate their buffers and state, and cuBLAS its workspace.
+    initial = [p.detach().clone() for p in twin.parameters()]
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side), warnings.catch_warnings():
+        # capturable=True warns when step() runs uncaptured: here that is the point
+        warnings.filterwarnings("ignore", message=".*capturable=True.*")
+        for _ in range(warmup):
+            graphed_step()
+    torch.cuda.current_stream().wait_stream(side)
+    with torch.no_grad():  # undo the warm-up: the first replay is step 1 from `initial`
+        for p, p0 in zip(twin.parameters(), initial):
+            p.copy_(p0)
+        for state in opt.state.values():  # AdamW's step, m and v start at zero
+            for value in state.values():
+                value.zero_()
+        counter.zero_()
+    cuda_graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(cuda_graph):  # records the kernels instead of running them
+        loss = graphed_step()
+
+    def replay() -> Any:
+        cuda_graph.replay()
+        return loss
+
+    return replay
