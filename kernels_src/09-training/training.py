@@ -550,6 +550,51 @@ def cupy_graph(step: Callable[[], Any]) -> Callable[[], None]:
     return lambda: graph.launch(cupy.cuda.get_current_stream())
 
 
+def torch_graph(
+    step: Callable[[], Any],
+    twin: Any,
+    opt: Any,
+    reset: Callable[[], Any],
+    warmup: int = 3,
+) -> Callable[[], Any]:
+    """Record one call of a PyTorch training step as a CUDA graph; returns its replay.
+
+    `step` must read its batch from static tensors and `opt` be capturable. The warm-up
+    steps are undone (weights, AdamW's state, and whatever `reset()` rewinds, such as a
+    batch counter), so the first replay is the first training step. A replay returns
+    step's output tensor, which the next replay overwrites (clone it to keep it).
+    """
+    import torch
+
+    # Warm up on a side stream, as PyTorch's CUDA-graph notes prescribe: autograd and
+    # the optimizer allocate their buffers and state, and cuBLAS its workspace.
+    initial = [p.detach().clone() for p in twin.parameters()]
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side), warnings.catch_warnings():
+        # capturable=True warns when step() runs uncaptured: here that is the point
+        warnings.filterwarnings("ignore", message=".*capturable=True.*")
+        for _ in range(warmup):
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    with torch.no_grad():  # undo the warm-up
+        for p, p0 in zip(twin.parameters(), initial):
+            p.copy_(p0)
+        for state in opt.state.values():  # AdamW's step, m and v start at zero
+            for value in state.values():
+                value.zero_()
+        reset()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):  # records the kernels instead of running them
+        out = step()
+
+    def replay() -> Any:
+        graph.replay()
+        return out
+
+    return replay
+
+
 def torch_step(
     twin: Any, opt: Any, loader: Loader, *, graph: bool = False, warmup: int = 3
 ) -> Callable[..., Any]:
@@ -559,9 +604,9 @@ def torch_step(
     returns the mean loss as a device tensor. Eager (graph=False): step(model=twin) picks
     the batch by a Python counter (pass a torch.compile'd twin as model). Graphed: the
     batch index is a device counter, the batch is gathered into static tensors, and the
-    whole step is one torch.cuda.CUDAGraph; step() replays it and returns the static
-    loss tensor, which the next replay overwrites (clone it to keep it). opt must be
-    built with capturable=True (AdamW's step count then lives on the device).
+    whole step is one CUDA graph (torch_graph); step() replays it and returns the static
+    loss tensor, which the next replay overwrites. opt must be built with capturable=True
+    (AdamW's step count then lives on the device).
     """
     import torch
     import torch.nn.functional as F
@@ -602,30 +647,4 @@ def torch_step(
         counter.add_(1).remainder_(steps)
         return train(twin, x, y)
 
-    # Warm up on a side stream, as PyTorch's CUDA-graph notes prescribe: autograd and
-    # the optimizer allocate their buffers and state, and cuBLAS its workspace.
-    initial = [p.detach().clone() for p in twin.parameters()]
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side), warnings.catch_warnings():
-        # capturable=True warns when step() runs uncaptured: here that is the point
-        warnings.filterwarnings("ignore", message=".*capturable=True.*")
-        for _ in range(warmup):
-            graphed_step()
-    torch.cuda.current_stream().wait_stream(side)
-    with torch.no_grad():  # undo the warm-up: the first replay is step 1 from `initial`
-        for p, p0 in zip(twin.parameters(), initial):
-            p.copy_(p0)
-        for state in opt.state.values():  # AdamW's step, m and v start at zero
-            for value in state.values():
-                value.zero_()
-        counter.zero_()
-    cuda_graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(cuda_graph):  # records the kernels instead of running them
-        loss = graphed_step()
-
-    def replay() -> Any:
-        cuda_graph.replay()
-        return loss
-
-    return replay
+    return torch_graph(graphed_step, twin, opt, reset=counter.zero_, warmup=warmup)
