@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 import cudl
+import cudl.profiling
 from cudl.compile import KERNELS_DIR
 
 sys.path.insert(0, str(KERNELS_DIR / "09-training"))
@@ -126,6 +127,29 @@ for name, net in NETS.items():
         t["torch.compile reduce-overhead"] = cudl.bench(lambda: step_ro(compiled),
                                                         name=f"{name} reduce-overhead")
     rows.append((name, t))
+
+# The chapter's kernel table: torch.profiler with acc_events=True must not warn, and
+# cudl.profiling.kernel_name must leave no "void " or signature in the names.
+from torch.profiler import ProfilerActivity, profile  # noqa: E402
+
+model = training.Model(NETS["CNN"](), seed=0)
+ours, opt = loader(), training.AdamW(model, lr=LR)
+training.train_step(model, ours, opt)
+torch.cuda.synchronize()
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    with profile(activities=[ProfilerActivity.CUDA], acc_events=True) as prof:
+        for _ in range(5):
+            training.train_step(model, ours, opt)
+        torch.cuda.synchronize()
+by_kernel = cudl.profiling.gpu_time_by(cudl.profiling.trace_events(prof))
+print("CNN step by kernel (µs per step):",
+      ", ".join(f"{k} {us / 5:.1f}" for k, us in list(by_kernel.items())[:8]))
+if caught:
+    failures.append("profiler warned: " + "; ".join(str(w.message)[:120] for w in caught))
+if not by_kernel or any(k.startswith("void ") or "(" in k.replace("(anonymous namespace)", "")
+                         for k in by_kernel):
+    failures.append(f"kernel names: {list(by_kernel)}")
 
 print(f"\nchecks: {'all PASS' if not failures else 'FAIL: ' + '; '.join(failures)}")
 print(f"{cudl.gpu_name()}, batch {BATCH}, µs per training step (median of cudl.bench)")
