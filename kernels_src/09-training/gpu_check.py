@@ -2,7 +2,7 @@
 
 Run from the repository root (about 40 s on an H100, most of it torch.compile):
 
-    python kernels_src/09-training/gpu_check.py
+    python3 kernels_src/09-training/gpu_check.py
 
 1. Correctness, for the chapter's MLP and CNN: from the same initial weights and batches,
    the losses of the graphed PyTorch step equal those of the same step run eagerly (same
