@@ -585,7 +585,9 @@ def torch_graph(
                 value.zero_()
         reset()
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):  # records the kernels instead of running them
+    # Capture on the warm-up stream, where cuBLAS and cuDNN are already set up; the
+    # kernels are recorded, not run
+    with torch.cuda.graph(graph, stream=side):
         out = step()
 
     def replay() -> Any:
