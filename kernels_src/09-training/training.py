@@ -534,8 +534,8 @@ def cupy_graph(step: Callable[[], Any]) -> Callable[[], None]:
 
     One warm-up call first (kernels compile, buffers are allocated), then the capture on
     a side stream (the legacy default stream cannot capture). The replay runs on the
-    stream that is current when it is called. Both calls are real steps: the model
-    trains two steps.
+    stream that is current when it is called; it keeps `step` (and so the buffers it
+    uses) alive. Both calls are real steps: the model trains two steps.
     """
     import cupy
 
@@ -547,7 +547,12 @@ def cupy_graph(step: Callable[[], Any]) -> Callable[[], None]:
         stream.begin_capture()
         step()
         graph = stream.end_capture()
-    return lambda: graph.launch(cupy.cuda.get_current_stream())
+
+    def replay() -> None:
+        graph.launch(cupy.cuda.get_current_stream())
+
+    replay.keep_alive = step  # the graph keeps none of the buffers it uses alive
+    return replay
 
 
 def torch_graph(
@@ -594,6 +599,9 @@ def torch_graph(
         graph.replay()
         return out
 
+    # The graph holds raw pointers and keeps nothing alive: the step's tensors (batch,
+    # counter), the weights, their gradients and AdamW's state must live as long as it.
+    replay.keep_alive = (step, twin, opt, reset)
     return replay
 
 
