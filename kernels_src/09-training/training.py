@@ -589,11 +589,17 @@ def torch_graph(
             for value in state.values():
                 value.zero_()
         reset()
+    # cuBLAS keeps a workspace per stream, made at its first use (in the warm-up, outside
+    # the graph's memory), and torch.compile's reduce-overhead frees them all whenever it
+    # records. So drop them around the capture, as reduce-overhead does: the captured
+    # kernels then use a workspace of the graph's own memory pool.
+    torch._C._cuda_clearCublasWorkspaces()
     graph = torch.cuda.CUDAGraph()
     # Capture on the warm-up stream, where cuBLAS and cuDNN are already set up; the
     # kernels are recorded, not run
     with torch.cuda.graph(graph, stream=side):
         out = step()
+    torch._C._cuda_clearCublasWorkspaces()
 
     def replay() -> Any:
         graph.replay()
