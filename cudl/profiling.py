@@ -4,6 +4,7 @@ timeline picture drawn with matplotlib (Perfetto and chrome://tracing show the s
     with torch.profiler.profile(activities=[...CPU, ...CUDA]) as prof:
         step()
     events = cudl.profiling.trace_events(prof)
+    cudl.profiling.gpu_time_by(events)  # µs per kernel (by kernel_name), largest first
     cudl.profiling.timeline(events, categorize=lambda name: ...)
     cudl.profiling.host_ms(step)  # CPU time to issue one step, vs the GPU time of its kernels
 """
@@ -36,8 +37,19 @@ def trace_events(prof: Any, cats: Sequence[str] = ("kernel", "cpu_op", "gpu_memc
     return sorted(keep, key=lambda e: e["ts"])
 
 
-def gpu_time_by(events: Sequence[Event], categorize: Callable[[str], str]) -> dict[str, float]:
-    """Total kernel time (µs) per category, largest first; `categorize` maps a kernel name to a category."""
+def kernel_name(name: str) -> str:
+    """A kernel's name as its source spells it: the profiler's demangled C++ signature
+    (`void bias_gelu_backward<float>(float const*, ...)`) without return type, template arguments or
+    parameters. extern "C" kernels are not mangled and come back unchanged."""
+    anon = "(anonymous namespace)"
+    n = name.removeprefix("void ").replace(anon, "\0")  # its parentheses are not a parameter list
+    cut = min((i for i in (n.find("<"), n.find("(")) if i > 0), default=len(n))
+    return n[:cut].replace("\0", anon).strip() or name
+
+
+def gpu_time_by(events: Sequence[Event], categorize: Callable[[str], str] = kernel_name) -> dict[str, float]:
+    """Total kernel time (µs) per category, largest first; `categorize` maps a kernel name to a category
+    (by default, the kernel's own name: `kernel_name`)."""
     out: dict[str, float] = {}
     for e in events:
         if e["cat"] == "kernel":

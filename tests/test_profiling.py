@@ -54,3 +54,19 @@ def test_host_ms_times_the_calls():
     ms = host_ms(fn, runs=5, calls=2)
     assert len(calls) == 1 + 5 * 2  # one untimed first call, then runs x calls
     assert 1.9 < ms < 50  # each call sleeps 2 ms
+
+
+def test_kernel_name_strips_signature_and_return_type():
+    from cudl.profiling import kernel_name
+
+    assert kernel_name("void bias_gelu_backward<float>(float const*, float*, int)") == "bias_gelu_backward"
+    assert kernel_name("matmul_3_smem_tiles") == "matmul_3_smem_tiles"  # extern "C": not mangled
+    assert kernel_name("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, "
+                       "std::array<char*, 1ul> >(int, at::native::FillFunctor<float>, std::array<char*, 1ul>)"
+                       ) == "at::native::vectorized_elementwise_kernel"
+    assert kernel_name("void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float>(float*)"
+                       ) == "at::native::(anonymous namespace)::cunn_SoftMaxForward"
+    assert kernel_name("void") == "void"  # nothing left: the name as it was
+    names = gpu_time_by(EVENTS)  # the default category is the kernel's name
+    assert not any(n.startswith("void ") or "(" in n.replace("(anonymous namespace)", "") for n in names)
+    assert abs(sum(names.values()) - sum(gpu_time_by(EVENTS, kind).values())) < 1e-6

@@ -14,6 +14,8 @@ features matrix for dense layers, (batch h w) x channels (NHWC) for convolutions
 
 from __future__ import annotations
 
+import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -522,3 +524,143 @@ def _nhwc_flatten_class() -> Any:
 # a constructor made on first use, since torch is optional
 def _NHWCFlatten() -> Any:  # noqa: N802
     return _nhwc_flatten_class()()
+
+
+# --------------------------------------------------------------------------- CUDA graphs
+
+
+def cupy_graph(step: Callable[[], Any]) -> Callable[[], None]:
+    """Record one call of `step` (the book's step) as a CUDA graph; returns its replay.
+
+    One warm-up call first (kernels compile, buffers are allocated), then the capture on
+    a side stream (the legacy default stream cannot capture). The replay runs on the
+    stream that is current when it is called; it keeps `step` (and so the buffers it
+    uses) alive. Both calls are real steps: the model trains two steps.
+    """
+    import cupy
+
+    cupy.cuda.Device().synchronize()  # the weights were written on another stream
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        step()
+        stream.synchronize()
+        stream.begin_capture()
+        step()
+        graph = stream.end_capture()
+
+    def replay() -> None:
+        graph.launch(cupy.cuda.get_current_stream())
+
+    replay.keep_alive = step  # the graph keeps none of the buffers it uses alive
+    return replay
+
+
+def torch_graph(
+    step: Callable[[], Any],
+    twin: Any,
+    opt: Any,
+    reset: Callable[[], Any],
+    warmup: int = 3,
+) -> Callable[[], Any]:
+    """Record one call of a PyTorch training step as a CUDA graph; returns its replay.
+
+    `step` must read its batch from static tensors and `opt` be capturable. The warm-up
+    steps are undone (weights, AdamW's state, and whatever `reset()` rewinds, such as a
+    batch counter), so the first replay is the first training step. A replay returns
+    step's output tensor, which the next replay overwrites (clone it to keep it).
+    """
+    import torch
+
+    # Warm up on a side stream, as PyTorch's CUDA-graph notes prescribe: autograd and
+    # the optimizer allocate their buffers and state, and cuBLAS its workspace.
+    initial = [p.detach().clone() for p in twin.parameters()]
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side), warnings.catch_warnings():
+        # capturable=True warns when step() runs uncaptured: here that is the point
+        warnings.filterwarnings("ignore", message=".*capturable=True.*")
+        for _ in range(warmup):
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    with torch.no_grad():  # undo the warm-up
+        for p, p0 in zip(twin.parameters(), initial):
+            p.copy_(p0)
+        for state in opt.state.values():  # AdamW's step, m and v start at zero
+            for value in state.values():
+                value.zero_()
+        reset()
+    # cuBLAS keeps a workspace per stream, made at its first use (in the warm-up, outside
+    # the graph's memory), and torch.compile's reduce-overhead frees them all whenever it
+    # records. So drop them around the capture, as reduce-overhead does: the captured
+    # kernels then use a workspace of the graph's own memory pool.
+    torch._C._cuda_clearCublasWorkspaces()
+    graph = torch.cuda.CUDAGraph()
+    # Capture on the warm-up stream, where cuBLAS and cuDNN are already set up; the
+    # kernels are recorded, not run
+    with torch.cuda.graph(graph, stream=side):
+        out = step()
+    torch._C._cuda_clearCublasWorkspaces()
+
+    def replay() -> Any:
+        graph.replay()
+        return out
+
+    # The graph holds raw pointers and keeps nothing alive: the step's tensors (batch,
+    # counter), the weights, their gradients and AdamW's state must live as long as it.
+    replay.keep_alive = (step, twin, opt, reset)
+    return replay
+
+
+def torch_step(
+    twin: Any, opt: Any, loader: Loader, *, graph: bool = False, warmup: int = 3
+) -> Callable[..., Any]:
+    """A PyTorch training step of `twin` on the batches of `loader`, in the same order.
+
+    The step picks its batch, runs forward, cross-entropy, backward and opt.step(), and
+    returns the mean loss as a device tensor. Eager (graph=False): step(model=twin) picks
+    the batch by a Python counter (pass a torch.compile'd twin as model). Graphed: the
+    batch index is a device counter, the batch is gathered into static tensors, and the
+    whole step is one CUDA graph (torch_graph); step() replays it and returns the static
+    loss tensor, which the next replay overwrites. opt must be built with capturable=True
+    (AdamW's step count then lives on the device).
+    """
+    import torch
+    import torch.nn.functional as F
+
+    batch, steps = loader.batch, loader.steps
+    x_all = torch.as_tensor(cudl.to_numpy(loader.data), device="cuda")
+    y_all = torch.as_tensor(cudl.to_numpy(loader.labels), device="cuda").long()
+    order = torch.as_tensor(cudl.to_numpy(loader.order), device="cuda").long()
+
+    def train(model: Any, x: Any, y: Any) -> Any:
+        loss = F.cross_entropy(model(x), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
+    if not graph:
+        taken = [0]
+
+        def eager_step(model: Any = twin) -> Any:
+            idx = order[(taken[0] % steps) * batch :][:batch]
+            taken[0] += 1
+            return train(model, x_all[idx], y_all[idx])
+
+        return eager_step
+
+    if not all(group["capturable"] for group in opt.param_groups):
+        raise ValueError("a captured optimizer step needs capturable=True")
+    order = order.view(steps, batch)
+    counter = torch.zeros(1, dtype=torch.long, device="cuda")  # steps taken, mod steps
+    x = torch.empty(batch, x_all.shape[1], device="cuda")  # the static batch
+    y = torch.empty(batch, dtype=torch.long, device="cuda")
+
+    def graphed_step() -> Any:  # no host sync and no Python value that changes
+        idx = order.index_select(0, counter).view(-1)
+        torch.index_select(x_all, 0, idx, out=x)
+        torch.index_select(y_all, 0, idx, out=y)
+        counter.add_(1).remainder_(steps)
+        return train(twin, x, y)
+
+    return torch_graph(graphed_step, twin, opt, reset=counter.zero_, warmup=warmup)
