@@ -354,6 +354,40 @@ def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+@dataclass(frozen=True)
+class GemvConfig:
+    """How gemv.cu is compiled and launched: output rows per warp, 16-byte chunks in
+    flight per row and lane, warps that share a row group, warps per block."""
+
+    rows: int = 1
+    unroll: int = 4
+    ksplit: int = 1
+    warps: int = 8
+
+    def __str__(self) -> str:
+        r, u, k, w = self.rows, self.unroll, self.ksplit, self.warps
+        return f"rows={r} unroll={u} ksplit={k} warps={w}"
+
+    def options(self) -> tuple[str, ...]:
+        return (f"-DROWS={self.rows}", f"-DUNROLL={self.unroll}", f"-DKSPLIT={self.ksplit}")
+
+    def grid(self, n_rows: int) -> tuple[tuple[int], tuple[int]]:
+        """(grid, block) for a matrix of n_rows output rows."""
+        per_block = self.rows * self.warps // self.ksplit
+        return (_cdiv(n_rows, per_block),), (32 * self.warps,)
+
+    def load(self) -> Any:
+        import cudl
+
+        return cudl.load("10-inference/gemv.cu", "gemv_f16", options=self.options())
+
+
+# the configuration of the chapter's first GEMV, and the one the decode step uses (picked
+# by the H100 sweep of gpu_check.py --sweep)
+GEMV_FIRST = GemvConfig(rows=1, unroll=4, ksplit=1, warps=8)
+GEMV = GemvConfig(rows=1, unroll=4, ksplit=1, warps=8)
+
+
 class BookGPT:
     """The model served by the book's kernels, with a KV cache of `cache_dtype` ("float16"
     or "float32").
@@ -373,8 +407,11 @@ class BookGPT:
         cache_dtype: str = "float16",
         chunk: int = 64,
         prefill: bool = True,
+        gemv: GemvConfig = GEMV,
     ):
         import cudl
+
+        self.gemv_config = gemv
 
         self.cfg, self.B = cfg, max_batch
         self.L = max_len or cfg.max_len
@@ -399,7 +436,7 @@ class BookGPT:
                 src + "decode_attention.cu", f"decode_attention_partial<{T}>"
             ),
             "combine": cudl.load(src + "decode_attention.cu", "decode_attention_combine"),
-            "gemv": cudl.load(src + "gemv.cu", "gemv_f16"),
+            "gemv": self.gemv_config.load(),
             "sample": cudl.load(src + "sampling.cu", "sample_top_k"),
             "advance": cudl.load(src + "sampling.cu", "advance"),
         }
@@ -470,9 +507,8 @@ class BookGPT:
 
     def _gemv(self, name: str, x, y, mode: int) -> None:
         N, K = self.w16[name].shape
-        self.k["gemv"](
-            (_cdiv(N, 8),), (256,), (self.w16[name], x, y, N, K, self.batch, mode)
-        )
+        grid, block = self.gemv_config.grid(N)
+        self.k["gemv"](grid, block, (self.w16[name], x, y, N, K, self.batch, mode))
 
     # -- the prompt
     def prefill(self, tokens: Any, all_logits: bool = False) -> Any:
