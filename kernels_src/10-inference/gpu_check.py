@@ -29,8 +29,8 @@ ROOT = HERE.parents[1]
 
 
 # (rows per warp, chunks in flight per row and lane, warps per row group, warps per block)
-SWEEP = [(1, 4, 1, 8), (1, 2, 1, 4), (1, 8, 1, 4), (2, 4, 1, 4), (4, 2, 1, 4),
-         (2, 8, 1, 4), (1, 4, 4, 8), (2, 4, 2, 8), (1, 8, 1, 2)]
+SWEEP = [(1, 4, 1, 8), (1, 2, 1, 4), (1, 8, 1, 4), (1, 16, 1, 4), (2, 4, 1, 4),
+         (4, 2, 1, 4), (2, 8, 1, 4), (1, 4, 4, 8), (1, 8, 2, 4), (2, 4, 2, 8), (1, 8, 1, 2)]
 # the larger model's matrices (N outputs x K inputs), and 4096 x 4096
 BIG = dict(d_model=2048, n_layer=8, n_head=16, d_ff=8192, vocab=32000, max_len=512)
 SHAPES = {"qkv": (6144, 2048), "proj": (2048, 2048), "up": (8192, 2048),
