@@ -735,98 +735,89 @@ def capture_decode_graph(model: BookGPT) -> Any:
     return graph
 
 
-def step_timing(name: str, per_step_ms: list[float], nbytes: float | None = None) -> Any:
-    """A cudl Timing of one decode step from the per-step times of several runs."""
-    import statistics
-
+def per_step(t: Any, steps: int, name: str, nbytes: float | None = None) -> Any:
+    """The cudl Timing `t` of `steps` decode steps as a Timing of one step."""
     from cudl.bench import Timing
 
-    q = (
-        statistics.quantiles(per_step_ms, n=4)
-        if len(per_step_ms) > 1
-        else per_step_ms * 3
-    )
-    return Timing(
-        name,
-        statistics.median(per_step_ms),
-        q[0],
-        q[2],
-        len(per_step_ms),
-        nbytes,
-        times_ms=per_step_ms,
-    )
+    return Timing(name, t.ms / steps, t.q1_ms / steps, t.q3_ms / steps, t.runs, nbytes,
+                  times_ms=[x / steps for x in t.times_ms])
 
 
 def time_book_decode(
     model: BookGPT,
-    prompt: Any,
     steps: int,
+    prompt: Any = None,
+    cached: int | None = None,
     graph: Any = None,
-    reps: int = 3,
     name: str = "book decode",
     nbytes: float | None = None,
 ) -> Any:
-    """A Timing of one decode step (all sequences of the batch): the median over `reps`
-    generations of `steps` greedy tokens after the same prompt; through `graph` (from
-    capture_decode_graph) if given."""
-    import cupy
+    """A Timing of one decode step (all sequences of the batch) from cudl.bench of `steps`
+    greedy steps, eager or through `graph` (capture_decode_graph). The untimed setup of
+    every run restarts the generation: the prefill of `prompt` [batch, P], or, for a
+    model without prefill weights, positions set back to `cached` - 1 over whatever the
+    cache holds (the same bytes read, the same time; call start_sampling before capturing
+    the graph)."""
+    import cudl
 
-    times = []
-    for _ in range(reps):
-        model.prefill(prompt)
-        model.start_sampling(steps + 1)
-        start, end = cupy.cuda.Event(), cupy.cuda.Event()
-        start.record()
+    def setup() -> None:
+        if prompt is not None:
+            model.prefill(prompt)
+            model.start_sampling(steps + 1)
+        else:
+            model.pos[: model.batch] = cached - 1
+            model.step[:] = 0
+
+    def run() -> None:
         for _ in range(steps):
             if graph is not None:
                 graph.launch()
             else:
                 model.decode_step()
-        end.record()
-        end.synchronize()
-        times.append(cupy.cuda.get_elapsed_time(start, end) / steps)
-    return step_timing(name, times, nbytes)
+
+    t = cudl.bench(run, setup=setup, flush=False, warmup_ms=0, rep_ms=0, min_runs=3,
+                   name=name)
+    return per_step(t, steps, name, nbytes)
 
 
 def time_torch_decode(
     model: Any,
     prompt: Any,
     steps: int,
-    reps: int = 3,
     cudnn: bool = True,
     name: str = "PyTorch eager decode",
     nbytes: float | None = None,
 ) -> Any:
-    """The same for the PyTorch model in eager mode, with its KV cache (greedy).
-    cudnn=False keeps scaled_dot_product_attention off cuDNN's kernel (flash,
-    memory-efficient or math instead)."""
+    """The same for the PyTorch model in eager mode, with its KV cache (greedy): the
+    untimed setup runs the prompt. cudnn=False keeps scaled_dot_product_attention off
+    cuDNN's kernel (flash, memory-efficient or math instead)."""
     import contextlib
 
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
+    import cudl
+
     B, P = prompt.shape
     caches = model.new_caches(B, P + steps + 1)
-    times = []
     backends = [
         SDPBackend.FLASH_ATTENTION,
         SDPBackend.EFFICIENT_ATTENTION,
         SDPBackend.MATH,
     ]
+    state = {}
+
+    def setup() -> None:
+        state["tok"] = model(prompt, caches, 0)[:, -1].argmax(-1, keepdim=True)
+
+    def run() -> None:
+        tok = state["tok"]
+        for s in range(steps):
+            tok = model(tok, caches, P + s)[:, -1].argmax(-1, keepdim=True)
+
     with (
         torch.inference_mode(),
         contextlib.nullcontext() if cudnn else sdpa_kernel(backends),
     ):
-        for _ in range(reps):
-            tok = model(prompt, caches, 0)[:, -1].argmax(-1, keepdim=True)
-            torch.cuda.synchronize()
-            start, end = (
-                torch.cuda.Event(enable_timing=True),
-                torch.cuda.Event(enable_timing=True),
-            )
-            start.record()
-            for s in range(steps):
-                tok = model(tok, caches, P + s)[:, -1].argmax(-1, keepdim=True)
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end) / steps)
-    return step_timing(name, times, nbytes)
+        t = cudl.bench(run, setup=setup, flush=False, warmup_ms=0, rep_ms=0, min_runs=3,
+                       name=name)
+    return per_step(t, steps, name, nbytes)

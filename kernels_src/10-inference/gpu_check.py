@@ -143,16 +143,8 @@ def gemv_sweep() -> None:
             bb.pos[:] = P - 1
             bb.start_sampling(steps + 1)
             g = gpt.capture_decode_graph(bb)
-
-            def run_graph(n=steps, B=B, g=g):
-                bb.pos[:B] = P - 1
-                bb.step[:] = 0
-                for _ in range(n):
-                    g.launch()
-
-            t = cudl.bench(run_graph, flush=False, warmup_ms=20, rep_ms=100, min_runs=3,
-                           name="decode")
-            ms = t.ms / steps
+            t = gpt.time_book_decode(bb, steps, cached=P, graph=g)
+            ms = t.ms
             nbytes = bb.weight_bytes() + bb.cache_bytes(P + steps // 2)
             bound_ms = nbytes / (copy_gbps * 1e9) * 1e3
             step_rows.append((str(cfg), B, ms, 100 * bound_ms / ms))
@@ -260,8 +252,8 @@ def main() -> None:
         bgB = gpt.BookGPT(w, cfg, max_batch=B, cache_dtype="float16")
         bgB.prefill(pr)
         g = gpt.capture_decode_graph(bgB)
-        ms_eager = gpt.time_book_decode(bgB, pr, steps).ms
-        ms_graph = gpt.time_book_decode(bgB, pr, steps, graph=g).ms
+        ms_eager = gpt.time_book_decode(bgB, steps, prompt=pr).ms
+        ms_graph = gpt.time_book_decode(bgB, steps, prompt=pr, graph=g).ms
         ms_torch = min(gpt.time_torch_decode(t16, pr_t, steps, cudnn=c).ms for c in (True, False))
         rows += [(f"tiny decode B={B}", "book eager", ms_eager, B / ms_eager * 1e3),
                  (f"tiny decode B={B}", "book graph", ms_graph, B / ms_graph * 1e3),
@@ -299,16 +291,10 @@ def main() -> None:
         bb.pos[:] = P - 1
         bb.start_sampling(steps + 1)
         g = gpt.capture_decode_graph(bb)
-        def run_graph(n=steps):
-            bb.pos[:B] = P - 1
-            bb.step[:] = 0
-            for _ in range(n):
-                g.launch()
-        t = cudl.bench(run_graph, name="big decode", flush=False, warmup_ms=50, rep_ms=300, min_runs=3)
-        ms = t.ms / steps
+        ms = gpt.time_book_decode(bb, steps, cached=P, graph=g).ms
         byts = bb.weight_bytes() + bb.cache_bytes(P + steps // 2)
         bound_ms = byts / (copy_gbps * 1e9) * 1e3
-        ms_torch = min(gpt.time_torch_decode(tb, pr_t, 64, reps=2, cudnn=c).ms for c in (True, False))
+        ms_torch = min(gpt.time_torch_decode(tb, pr_t, 64, cudnn=c).ms for c in (True, False))
         rows += [(f"big decode B={B}", "book graph", ms, B / ms * 1e3),
                  (f"big decode B={B}", "torch eager fp16", ms_torch, B / ms_torch * 1e3),
                  (f"big decode B={B}", "bandwidth bound", bound_ms, B / bound_ms * 1e3)]
