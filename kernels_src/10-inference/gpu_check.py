@@ -152,14 +152,14 @@ def gemv_sweep() -> None:
 
     print(f"\ncopy bandwidth {copy_gbps:,.0f} GB/s; GEMV timings with CUDL_L2_FLUSH=read")
     print("GEMV at batch 1 (B=8 where named): % of the copy bandwidth / speed-up over cuBLAS")
-    head = "".join(f"{name:>16}" for name, *_ in cases)
+    head = "".join(f"{name:>17}" for name, *_ in cases)
     print(f"{'config':<40}{'step us':>9}{head}")
     for key in ["copy", "cuBLAS"] + [str(c) for c in ranked]:
         cells = ""
         for name, *_ in cases:
-            t = times[name, key]
-            gb = t.gbps / 2 if key == "copy" else t.gbps  # copy: the read half
-            cells += f"{100 * gb / copy_gbps:>9.0f}% {times[name, 'cuBLAS'].ms / t.ms:>4.2f}x"
+            t = times[name, key]  # copy: read + write bytes, as copy_gbps counts them
+            ratio = f"{times[name, 'cuBLAS'].ms / t.ms:>4.2f}x" if key != "copy" else " " * 5
+            cells += f"{100 * t.gbps / copy_gbps:>10.0f}% {ratio}"
         us = f"{step_us(key):>9.0f}" if key != "copy" else f"{'':>9}"
         print(f"{key:<40}{us}{cells}")
     print("\nwrite flush (the stored numbers' mode), up 8192x2048 B=1:")
