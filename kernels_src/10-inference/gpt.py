@@ -278,20 +278,59 @@ if torch is not None:
                 {k: torch.as_tensor(v).to(p.device, p.dtype) for k, v in sd.items()}
             )
 
+    @torch.no_grad()
+    def eval_loss(model: TorchGPT, data: Any, windows: int = 128, seed: int = 1) -> float:
+        """Cross-entropy (nats per character) of next-character prediction on `windows`
+        windows of `data` [tokens] (a torch tensor on the model's device) at fixed random
+        starts: the same windows at every call with the same seed."""
+        T = model.cfg.max_len
+        g = torch.Generator(device="cpu").manual_seed(seed)
+        starts = torch.randint(0, len(data) - T - 1, (windows,), generator=g)
+        idx = starts.to(data.device)[:, None] + torch.arange(T + 1, device=data.device)
+        chunk = data[idx]
+        was_training = model.training
+        model.eval()
+        logits = model(chunk[:, :-1])
+        model.train(was_training)
+        return F.cross_entropy(
+            logits.float().reshape(-1, logits.shape[-1]), chunk[:, 1:].reshape(-1)
+        ).item()
+
+    @dataclass
+    class TrainLog:
+        """What `train` measured: (step, loss) pairs and the step of the weights kept."""
+
+        batch: list[tuple[int, float]]  # the loss of the training batch
+        train: list[tuple[int, float]]  # eval_loss on the training text
+        held_out: list[tuple[int, float]]  # eval_loss on the held-out text
+        best_step: int  # the lowest held-out loss: the weights the model ends with
+
+        def at_best(self) -> tuple[float, float]:
+            """(training, held-out) loss of the kept weights."""
+            return dict(self.train)[self.best_step], dict(self.held_out)[self.best_step]
+
     def train(
         model: TorchGPT,
         data: np.ndarray,
         steps: int,
+        held_out: np.ndarray | None = None,
+        eval_every: int = 100,
         batch: int = 64,
         lr: float = 3e-3,
         seed: int = 0,
         log_every: int = 100,
-    ) -> list[tuple[int, float]]:
-        """Next-character prediction on random windows of `data`; AdamW, cosine schedule,
-        bf16 autocast."""
+    ) -> TrainLog:
+        """Next-character prediction on random windows of `data`; AdamW, one-cycle
+        schedule, bf16 autocast. Every `eval_every` steps (and at the end) the loss on
+        fixed windows of `data` and of `held_out` is evaluated; the model ends with the
+        weights of the lowest held-out loss (early stopping by checkpoint; the last
+        weights without `held_out`)."""
         g = torch.Generator(device="cpu").manual_seed(seed)
         dev = next(model.parameters()).device
         data_t = torch.as_tensor(data, dtype=torch.long, device=dev)
+        held_t = None
+        if held_out is not None:
+            held_t = torch.as_tensor(held_out, dtype=torch.long, device=dev)
         T = model.cfg.max_len
         opt = torch.optim.AdamW(
             model.parameters(),
@@ -303,9 +342,10 @@ if torch is not None:
         sched = torch.optim.lr_scheduler.OneCycleLR(
             opt, lr, total_steps=steps, pct_start=0.05
         )
-        losses = []
+        log = TrainLog([], [], [], steps)
+        best, best_state = math.inf, None
         model.train()
-        for step in range(steps):
+        for step in range(1, steps + 1):
             starts = torch.randint(0, len(data) - T - 1, (batch,), generator=g).to(dev)
             idx = starts[:, None] + torch.arange(T + 1, device=dev)
             chunk = data_t[idx]
@@ -321,10 +361,20 @@ if torch is not None:
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
             sched.step()
-            if step % log_every == 0 or step == steps - 1:
-                losses.append((step, loss.item()))
+            if step % log_every == 0 or step == 1 or step == steps:
+                log.batch.append((step, loss.item()))
+            if held_t is not None and (step % eval_every == 0 or step == steps):
+                log.train.append((step, eval_loss(model, data_t)))
+                log.held_out.append((step, eval_loss(model, held_t)))
+                if log.held_out[-1][1] < best:
+                    best, log.best_step = log.held_out[-1][1], step
+                    best_state = {
+                        k: v.detach().clone() for k, v in model.state_dict().items()
+                    }
+        if best_state is not None:
+            model.load_state_dict(best_state)
         model.eval()
-        return losses
+        return log
 
     @torch.no_grad()
     def torch_generate(model: TorchGPT, prompt: Any, steps: int, caches=None) -> Any:
@@ -369,7 +419,8 @@ class GemvConfig:
         return f"rows={r} unroll={u} ksplit={k} warps={w}"
 
     def options(self) -> tuple[str, ...]:
-        return (f"-DROWS={self.rows}", f"-DUNROLL={self.unroll}", f"-DKSPLIT={self.ksplit}")
+        r, u, k = self.rows, self.unroll, self.ksplit
+        return (f"-DROWS={r}", f"-DUNROLL={u}", f"-DKSPLIT={k}")
 
     def grid(self, n_rows: int) -> tuple[tuple[int], tuple[int]]:
         """(grid, block) for a matrix of n_rows output rows."""
