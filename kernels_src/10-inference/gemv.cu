@@ -128,6 +128,7 @@ extern "C" __global__ void gemv_f16(const __half* __restrict__ W,
         }
 #pragma unroll
         for (int b = 0; b < MAX_BATCH; ++b) {
+            if (b >= nb) break;  // the same nb in every lane: the shuffles stay converged
 #pragma unroll
             for (int r = 0; r < ROWS; ++r) {
                 float v = acc[b][r];
