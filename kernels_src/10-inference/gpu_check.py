@@ -137,7 +137,7 @@ def gemv_sweep() -> None:
     P, steps = 128, 64
     step_rows = []
     for cfg in [configs[0]] + [c for c in ranked[:3] if c != configs[0]]:
-        bb.gemv_config, bb.k["gemv"] = cfg, cfg.load()
+        bb.use_gemv(cfg)
         for B in (1, 8):
             bb.batch = B
             bb.pos[:] = P - 1
@@ -171,14 +171,59 @@ def gemv_sweep() -> None:
     print(f"best GEMV configuration by summed step time: {ranked[0]}")
 
 
+def decode_breakdown() -> None:
+    """The graphed decode step of the larger model with kinds of kernels left out."""
+    import cupy
+    import gpt
+    import torch
+
+    import cudl
+
+    cudl.setup()
+    big_cfg = gpt.Config(**BIG)
+    torch.manual_seed(1)
+    with torch.device("cuda"):
+        tb = gpt.TorchGPT(big_cfg).half()
+    bb = gpt.BookGPT(tb.weights(cupy), big_cfg, max_batch=8, cache_dtype="float16",
+                     prefill=False)
+    del tb
+    copy_gbps = cudl.ceilings()["copy_gbps"]
+    P, steps = 128, 64
+    small = {"gather", "rms", "rope", "append", "partial", "combine", "sample", "advance"}
+    cases = {"full step": set(), "GEMVs only": small, "no GEMVs": {"gemv"}}
+    cases |= {f"without {k}": {k} for k in sorted(small)}
+    rows = []
+    for B in (1, 8):
+        bb.batch = B
+        bb.pos[:] = P - 1
+        bb.start_sampling(steps + 1)
+        for name, kinds in cases.items():
+            with gpt.kernels_left_out(bb, kinds):
+                g = gpt.capture_decode_graph(bb)
+            ms = gpt.time_book_decode(bb, steps, cached=P, graph=g).ms
+            rows.append((B, name, ms))
+            print(f"B={B} {name}: {ms:.4f} ms")
+        nbytes = bb.weight_bytes() + bb.cache_bytes(P + steps // 2)
+        print(f"B={B} bound {nbytes / (copy_gbps * 1e9) * 1e3:.4f} ms")
+    print(f"\n{'B':>2} {'decode step':<22}{'ms':>9}{'vs full':>9}")
+    full = {B: ms for B, name, ms in rows if name == "full step"}
+    for B, name, ms in rows:
+        print(f"{B:>2} {name:<22}{ms:>9.4f}{ms - full[B]:>+9.4f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=3000)
     ap.add_argument("--no-tests", action="store_true")
     ap.add_argument("--sweep", action="store_true", help="the GEMV sweep only (<= 60 s)")
+    ap.add_argument("--breakdown", action="store_true",
+                    help="the decode step with kinds of kernels left out (<= 60 s)")
     args = ap.parse_args()
     if args.sweep:
         gemv_sweep()
+        return
+    if args.breakdown:
+        decode_breakdown()
         return
     if not args.no_tests:
         r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
