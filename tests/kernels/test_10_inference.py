@@ -236,6 +236,21 @@ def test_gemv_configs(N, K, batch, mode, config):
     gemv_check(N, K, batch, mode, config)
 
 
+def test_kernels_left_out_skips_launches_and_restores_them():
+    cfg = gpt.Config(vocab=20, d_model=32, n_layer=1, n_head=2, d_ff=64, max_len=24)
+    model = gpt.BookGPT(gpt.random_weights(cfg, seed=0), cfg, max_batch=2)
+    model.prefill(np.random.default_rng().integers(0, cfg.vocab, (2, 5)).astype(np.int32))
+    model.start_sampling(4)
+    before = cudl.to_numpy(model.logits).copy()
+    with gpt.kernels_left_out(model, {"gemv", "advance"}):
+        model.decode_step()
+    assert np.array_equal(before, cudl.to_numpy(model.logits), equal_nan=True)
+    assert int(cudl.to_numpy(model.step)[0]) == 1  # start_sampling's advance only
+    model.decode_step()
+    assert not np.array_equal(before, cudl.to_numpy(model.logits))
+    assert int(cudl.to_numpy(model.step)[0]) == 2
+
+
 # ---------------------------------------------------------------- the whole model
 
 @pytest.mark.parametrize("cache_dtype", ["float32", "float16"])
