@@ -253,11 +253,13 @@ def main() -> None:
     model = gpt.TorchGPT(cfg).cuda()
     split = int(0.9 * len(data))
     t0 = time.perf_counter()
-    losses = gpt.train(model, data[:split], args.steps, log_every=250)
+    log = gpt.train(model, data[:split], args.steps, held_out=data[split:], eval_every=50,
+                    log_every=250)
     torch.cuda.synchronize()
     train_s = time.perf_counter() - t0
     print(f"training: {args.steps} steps in {train_s:.1f} s ({1e3 * train_s / args.steps:.1f} ms/step)")
-    print("loss:", " ".join(f"{s}:{v:.3f}" for s, v in losses))
+    print("held-out loss:", " ".join(f"{s}:{v:.3f}" for s, v in log.held_out))
+    print(f"kept step {log.best_step}: training / held-out loss %.3f / %.3f" % log.at_best())
 
     # -- logits: book vs PyTorch fp32 on the same (fp16-rounded) weights
     w = gpt.round_to_fp16(model.weights())
