@@ -128,30 +128,53 @@ def flush_l2() -> None:
 
 def bench(fn: Callable[[], Any], *, bytes: float | None = None, flops: float | None = None,
           name: str = "", compute: str = "fp32", warmup_ms: float = 25.0, rep_ms: float = 100.0,
-          min_runs: int = 10, max_runs: int = 1000, flush: bool = True) -> Timing:
+          min_runs: int = 10, max_runs: int = 1000, flush: bool = True,
+          setup: Callable[[], Any] | None = None) -> Timing:
     """Time `fn` (which launches GPU work) with CUDA events; report the median of many runs.
 
     `bytes`: the fewest bytes the work must move (reads + writes), for GB/s; `flops` for TFLOP/s.
+    `setup`, if given, runs before every call of `fn`, untimed, and is waited for (it restores
+    the state that `fn` changes, e.g. a KV cache that a decode loop fills).
     """
     require_gpu("cudl.bench")
     import cupy
 
     stream = cupy.cuda.get_current_stream()
+
+    def prepare() -> None:
+        if setup is not None:
+            setup()
+            stream.synchronize()
+
+    prepare()
     fn()  # first call: compilation, allocation and module load stay out of the numbers
     stream.synchronize()
     start, end = cupy.cuda.Event(), cupy.cuda.Event()
-    start.record()
-    for _ in range(5):
-        fn()
-    end.record()
-    end.synchronize()
-    estimate = max(cupy.cuda.get_elapsed_time(start, end) / 5, 1e-3)
+    if setup is None:
+        start.record()
+        for _ in range(5):
+            fn()
+        end.record()
+        end.synchronize()
+        estimate = max(cupy.cuda.get_elapsed_time(start, end) / 5, 1e-3)
+    else:  # each run after its own setup: time them one by one
+        first = []
+        for _ in range(2):
+            prepare()
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            first.append(cupy.cuda.get_elapsed_time(start, end))
+        estimate = max(min(first), 1e-3)
     for _ in range(max(1, int(warmup_ms / estimate))):
+        prepare()
         fn()
     runs = max(min_runs, min(max_runs, int(rep_ms / estimate)))
     starts = [cupy.cuda.Event() for _ in range(runs)]
     ends = [cupy.cuda.Event() for _ in range(runs)]
     for s, e in zip(starts, ends):
+        prepare()
         if flush:
             flush_l2()
         s.record()

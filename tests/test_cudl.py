@@ -153,6 +153,40 @@ def test_bench_and_ceilings_say_gpu_only():
         cudl.ceilings()
 
 
+def test_bench_setup_runs_before_every_call_untimed(monkeypatch):
+    """bench(setup=...): setup precedes every call of fn and is outside the events (a fake clock)."""
+    import sys
+    import types
+
+    bench_mod = sys.modules["cudl.bench"]  # the module (cudl.bench is the function)
+    clock, calls = [0.0], []
+
+    class Event:
+        def record(self):
+            self.t = clock[0]
+
+        def synchronize(self):
+            pass
+
+    stream = types.SimpleNamespace(synchronize=lambda: calls.append("sync"))
+    cuda = types.SimpleNamespace(Event=Event, get_current_stream=lambda: stream,
+                                 get_elapsed_time=lambda s, e: e.t - s.t)
+    monkeypatch.setitem(sys.modules, "cupy", types.SimpleNamespace(cuda=cuda))
+    monkeypatch.setattr(bench_mod, "require_gpu", lambda what: None)
+
+    def setup():
+        clock[0] += 100.0
+        calls.append("setup")
+
+    def fn():
+        clock[0] += 1.0 if calls[-2:] == ["setup", "sync"] else 50.0  # 50: no setup before
+        calls.append("fn")
+
+    t = bench_mod.bench(fn, setup=setup, flush=False, min_runs=4, rep_ms=4, warmup_ms=1)
+    assert t.ms == 1.0 and t.runs == 4 and set(t.times_ms) == {1.0}
+    assert calls.count("setup") == calls.count("fn") == 1 + 2 + 1 + 4
+
+
 def test_datasheet_matches_device_names():
     assert datasheet("NVIDIA H100 80GB HBM3")["sms"] == 132
     assert datasheet("Tesla T4")["bw"] == 320

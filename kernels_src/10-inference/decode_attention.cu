@@ -66,23 +66,29 @@ decode_attention_partial(const float* __restrict__ q, int q_stride,
     const T* vh = v_cache + base;
     float m = NEG_INF, l = 0.0f;
     for (int t0 = first + warp * KEYS; t0 < last; t0 += WARPS * KEYS) {
-        float s[KEYS];
+        // The loads of all KEYS keys and values are unconditional and issued before any
+        // is used: one memory latency per trip. A key past `last` re-reads key last - 1
+        // (its score is masked below), a value past head_dim re-reads value head_dim - 1
+        // (its q is 0 and it is never stored). Loads under an `if` would each wait for
+        // the one before.
+        float kf[KEYS][PER_LANE], vf[KEYS][PER_LANE];
 #pragma unroll
         for (int kk = 0; kk < KEYS; ++kk) {
-            s[kk] = 0.0f;
-            if (t0 + kk < last) {
+            const long long t = min(t0 + kk, last - 1);
 #pragma unroll
-                for (int j = 0; j < PER_LANE; ++j) {
-                    const int d = lane + j * WARP_SIZE;
-                    if (d < head_dim) {
-                        s[kk] += qv[j] * to_float(kh[(t0 + kk) * head_dim + d]);
-                    }
-                }
+            for (int j = 0; j < PER_LANE; ++j) {
+                const int d = min(lane + j * WARP_SIZE, head_dim - 1);
+                kf[kk][j] = to_float(kh[t * head_dim + d]);
+                vf[kk][j] = to_float(vh[t * head_dim + d]);
             }
         }
+        float s[KEYS];
         float mx = m;
 #pragma unroll
         for (int kk = 0; kk < KEYS; ++kk) {
+            s[kk] = 0.0f;
+#pragma unroll
+            for (int j = 0; j < PER_LANE; ++j) s[kk] += qv[j] * kf[kk][j];
             s[kk] = t0 + kk < last ? warp_sum(s[kk]) : NEG_INF;
             mx = fmaxf(mx, s[kk]);  // finite: key t0 < last is always there
         }
@@ -92,16 +98,10 @@ decode_attention_partial(const float* __restrict__ q, int q_stride,
         for (int j = 0; j < PER_LANE; ++j) acc[j] *= corr;
 #pragma unroll
         for (int kk = 0; kk < KEYS; ++kk) {
-            if (t0 + kk < last) {
-                const float p = exp2f(s[kk] - mx);
-                l += p;
+            const float p = exp2f(s[kk] - mx);  // 0 for a masked key (s = -inf)
+            l += p;
 #pragma unroll
-                for (int j = 0; j < PER_LANE; ++j) {
-                    const int d = lane + j * WARP_SIZE;
-                    if (d < head_dim)
-                        acc[j] += p * to_float(vh[(t0 + kk) * head_dim + d]);
-                }
-            }
+            for (int j = 0; j < PER_LANE; ++j) acc[j] += p * vf[kk][j];
         }
         m = mx;
     }

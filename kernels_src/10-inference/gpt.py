@@ -17,6 +17,7 @@ in].
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -278,20 +279,59 @@ if torch is not None:
                 {k: torch.as_tensor(v).to(p.device, p.dtype) for k, v in sd.items()}
             )
 
+    @torch.no_grad()
+    def eval_loss(model: TorchGPT, data: Any, windows: int = 128, seed: int = 1) -> float:
+        """Cross-entropy (nats per character) of next-character prediction on `windows`
+        windows of `data` [tokens] (a torch tensor on the model's device) at fixed random
+        starts: the same windows at every call with the same seed."""
+        T = model.cfg.max_len
+        g = torch.Generator(device="cpu").manual_seed(seed)
+        starts = torch.randint(0, len(data) - T - 1, (windows,), generator=g)
+        idx = starts.to(data.device)[:, None] + torch.arange(T + 1, device=data.device)
+        chunk = data[idx]
+        was_training = model.training
+        model.eval()
+        logits = model(chunk[:, :-1])
+        model.train(was_training)
+        return F.cross_entropy(
+            logits.float().reshape(-1, logits.shape[-1]), chunk[:, 1:].reshape(-1)
+        ).item()
+
+    @dataclass
+    class TrainLog:
+        """What `train` measured: (step, loss) pairs and the step of the weights kept."""
+
+        batch: list[tuple[int, float]]  # the loss of the training batch
+        train: list[tuple[int, float]]  # eval_loss on the training text
+        held_out: list[tuple[int, float]]  # eval_loss on the held-out text
+        best_step: int  # the lowest held-out loss: the weights the model ends with
+
+        def at_best(self) -> tuple[float, float]:
+            """(training, held-out) loss of the kept weights."""
+            return dict(self.train)[self.best_step], dict(self.held_out)[self.best_step]
+
     def train(
         model: TorchGPT,
         data: np.ndarray,
         steps: int,
+        held_out: np.ndarray | None = None,
+        eval_every: int = 100,
         batch: int = 64,
         lr: float = 3e-3,
         seed: int = 0,
         log_every: int = 100,
-    ) -> list[tuple[int, float]]:
-        """Next-character prediction on random windows of `data`; AdamW, cosine schedule,
-        bf16 autocast."""
+    ) -> TrainLog:
+        """Next-character prediction on random windows of `data`; AdamW, one-cycle
+        schedule, bf16 autocast. Every `eval_every` steps (and at the end) the loss on
+        fixed windows of `data` and of `held_out` is evaluated; the model ends with the
+        weights of the lowest held-out loss (early stopping by checkpoint; the last
+        weights without `held_out`)."""
         g = torch.Generator(device="cpu").manual_seed(seed)
         dev = next(model.parameters()).device
         data_t = torch.as_tensor(data, dtype=torch.long, device=dev)
+        held_t = None
+        if held_out is not None:
+            held_t = torch.as_tensor(held_out, dtype=torch.long, device=dev)
         T = model.cfg.max_len
         opt = torch.optim.AdamW(
             model.parameters(),
@@ -303,9 +343,10 @@ if torch is not None:
         sched = torch.optim.lr_scheduler.OneCycleLR(
             opt, lr, total_steps=steps, pct_start=0.05
         )
-        losses = []
+        log = TrainLog([], [], [], steps)
+        best, best_state = math.inf, None
         model.train()
-        for step in range(steps):
+        for step in range(1, steps + 1):
             starts = torch.randint(0, len(data) - T - 1, (batch,), generator=g).to(dev)
             idx = starts[:, None] + torch.arange(T + 1, device=dev)
             chunk = data_t[idx]
@@ -321,10 +362,20 @@ if torch is not None:
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
             sched.step()
-            if step % log_every == 0 or step == steps - 1:
-                losses.append((step, loss.item()))
+            if step % log_every == 0 or step == 1 or step == steps:
+                log.batch.append((step, loss.item()))
+            if held_t is not None and (step % eval_every == 0 or step == steps):
+                log.train.append((step, eval_loss(model, data_t)))
+                log.held_out.append((step, eval_loss(model, held_t)))
+                if log.held_out[-1][1] < best:
+                    best, log.best_step = log.held_out[-1][1], step
+                    best_state = {
+                        k: v.detach().clone() for k, v in model.state_dict().items()
+                    }
+        if best_state is not None:
+            model.load_state_dict(best_state)
         model.eval()
-        return losses
+        return log
 
     @torch.no_grad()
     def torch_generate(model: TorchGPT, prompt: Any, steps: int, caches=None) -> Any:
@@ -354,6 +405,43 @@ def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+@dataclass(frozen=True)
+class GemvConfig:
+    """How gemv.cu is compiled and launched: output rows per warp, 16-byte chunks in
+    flight per row and lane, warps that share a row group, warps per block."""
+
+    rows: int = 1
+    unroll: int = 4
+    ksplit: int = 1
+    warps: int = 8
+
+    def __str__(self) -> str:
+        r, u, k, w = self.rows, self.unroll, self.ksplit, self.warps
+        return f"rows={r} unroll={u} ksplit={k} warps={w}"
+
+    def options(self) -> tuple[str, ...]:
+        r, u, k = self.rows, self.unroll, self.ksplit
+        return (f"-DROWS={r}", f"-DUNROLL={u}", f"-DKSPLIT={k}")
+
+    def grid(self, n_rows: int) -> tuple[tuple[int], tuple[int]]:
+        """(grid, block) for a matrix of n_rows output rows."""
+        per_block = self.rows * self.warps // self.ksplit
+        return (_cdiv(n_rows, per_block),), (32 * self.warps,)
+
+    def load(self) -> Any:
+        import cudl
+
+        return cudl.load("10-inference/gemv.cu", "gemv_f16", options=self.options())
+
+
+# the chapter's first GEMV configuration, and the one the decode step uses. The H100
+# sweep of gpu_check.py --sweep timed eleven; the graphed step of the larger model ran
+# about as fast at batch 1 with each of the four it tried there, and fastest with this
+# one at batch 8 (the K split gives the batch's extra arithmetic more warps)
+GEMV_FIRST = GemvConfig(rows=1, unroll=4, ksplit=1, warps=8)
+GEMV = GemvConfig(rows=2, unroll=4, ksplit=2, warps=8)
+
+
 class BookGPT:
     """The model served by the book's kernels, with a KV cache of `cache_dtype` ("float16"
     or "float32").
@@ -373,8 +461,11 @@ class BookGPT:
         cache_dtype: str = "float16",
         chunk: int = 64,
         prefill: bool = True,
+        gemv: GemvConfig = GEMV,
     ):
         import cudl
+
+        self.gemv_config = gemv
 
         self.cfg, self.B = cfg, max_batch
         self.L = max_len or cfg.max_len
@@ -399,7 +490,7 @@ class BookGPT:
                 src + "decode_attention.cu", f"decode_attention_partial<{T}>"
             ),
             "combine": cudl.load(src + "decode_attention.cu", "decode_attention_combine"),
-            "gemv": cudl.load(src + "gemv.cu", "gemv_f16"),
+            "gemv": self.gemv_config.load(),
             "sample": cudl.load(src + "sampling.cu", "sample_top_k"),
             "advance": cudl.load(src + "sampling.cu", "advance"),
         }
@@ -453,6 +544,10 @@ class BookGPT:
 
             self.sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
 
+    def use_gemv(self, config: GemvConfig) -> None:
+        """Switch the decode step's GEMV configuration (capture a new graph after)."""
+        self.gemv_config, self.k["gemv"] = config, config.load()
+
     # -- small helpers: one launch each
     def _grid(self, n: int, block: int = 256) -> int:
         return max(1, min(_cdiv(n, block), 32 * self.sms))
@@ -470,9 +565,8 @@ class BookGPT:
 
     def _gemv(self, name: str, x, y, mode: int) -> None:
         N, K = self.w16[name].shape
-        self.k["gemv"](
-            (_cdiv(N, 8),), (256,), (self.w16[name], x, y, N, K, self.batch, mode)
-        )
+        grid, block = self.gemv_config.grid(N)
+        self.k["gemv"](grid, block, (self.w16[name], x, y, N, K, self.batch, mode))
 
     # -- the prompt
     def prefill(self, tokens: Any, all_logits: bool = False) -> Any:
@@ -699,98 +793,102 @@ def capture_decode_graph(model: BookGPT) -> Any:
     return graph
 
 
-def step_timing(name: str, per_step_ms: list[float], nbytes: float | None = None) -> Any:
-    """A cudl Timing of one decode step from the per-step times of several runs."""
-    import statistics
+@contextlib.contextmanager
+def kernels_left_out(model: BookGPT, kinds: set[str]) -> Any:
+    """Inside the block the launches of `kinds` (keys of model.k) do nothing: a graph
+    captured there times the decode step without them (their outputs keep old values)."""
+    saved = dict(model.k)
+    for kind in kinds:
+        model.k[kind] = lambda *args, **kwargs: None
+    try:
+        yield
+    finally:
+        model.k.update(saved)
 
+
+def per_step(t: Any, steps: int, name: str, nbytes: float | None = None) -> Any:
+    """The cudl Timing `t` of `steps` decode steps as a Timing of one step."""
     from cudl.bench import Timing
 
-    q = (
-        statistics.quantiles(per_step_ms, n=4)
-        if len(per_step_ms) > 1
-        else per_step_ms * 3
-    )
-    return Timing(
-        name,
-        statistics.median(per_step_ms),
-        q[0],
-        q[2],
-        len(per_step_ms),
-        nbytes,
-        times_ms=per_step_ms,
-    )
+    return Timing(name, t.ms / steps, t.q1_ms / steps, t.q3_ms / steps, t.runs, nbytes,
+                  times_ms=[x / steps for x in t.times_ms])
 
 
 def time_book_decode(
     model: BookGPT,
-    prompt: Any,
     steps: int,
+    prompt: Any = None,
+    cached: int | None = None,
     graph: Any = None,
-    reps: int = 3,
     name: str = "book decode",
     nbytes: float | None = None,
 ) -> Any:
-    """A Timing of one decode step (all sequences of the batch): the median over `reps`
-    generations of `steps` greedy tokens after the same prompt; through `graph` (from
-    capture_decode_graph) if given."""
-    import cupy
+    """A Timing of one decode step (all sequences of the batch) from cudl.bench of `steps`
+    greedy steps, eager or through `graph` (capture_decode_graph). The untimed setup of
+    every run restarts the generation: the prefill of `prompt` [batch, P], or, for a
+    model without prefill weights, positions set back to `cached` - 1 over whatever the
+    cache holds (the same bytes read, the same time; call start_sampling before capturing
+    the graph)."""
+    import cudl
 
-    times = []
-    for _ in range(reps):
-        model.prefill(prompt)
-        model.start_sampling(steps + 1)
-        start, end = cupy.cuda.Event(), cupy.cuda.Event()
-        start.record()
+    def setup() -> None:
+        if prompt is not None:
+            model.prefill(prompt)
+            model.start_sampling(steps + 1)
+        else:
+            model.pos[: model.batch] = cached - 1
+            model.step[:] = 0
+
+    def run() -> None:
         for _ in range(steps):
             if graph is not None:
                 graph.launch()
             else:
                 model.decode_step()
-        end.record()
-        end.synchronize()
-        times.append(cupy.cuda.get_elapsed_time(start, end) / steps)
-    return step_timing(name, times, nbytes)
+
+    t = cudl.bench(run, setup=setup, flush=False, warmup_ms=0, rep_ms=0, min_runs=3,
+                   name=name)
+    return per_step(t, steps, name, nbytes)
 
 
 def time_torch_decode(
     model: Any,
     prompt: Any,
     steps: int,
-    reps: int = 3,
     cudnn: bool = True,
     name: str = "PyTorch eager decode",
     nbytes: float | None = None,
 ) -> Any:
-    """The same for the PyTorch model in eager mode, with its KV cache (greedy).
-    cudnn=False keeps scaled_dot_product_attention off cuDNN's kernel (flash,
-    memory-efficient or math instead)."""
+    """The same for the PyTorch model in eager mode, with its KV cache (greedy): the
+    untimed setup runs the prompt. cudnn=False keeps scaled_dot_product_attention off
+    cuDNN's kernel (flash, memory-efficient or math instead)."""
     import contextlib
 
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
+    import cudl
+
     B, P = prompt.shape
     caches = model.new_caches(B, P + steps + 1)
-    times = []
     backends = [
         SDPBackend.FLASH_ATTENTION,
         SDPBackend.EFFICIENT_ATTENTION,
         SDPBackend.MATH,
     ]
+    state = {}
+
+    def setup() -> None:
+        state["tok"] = model(prompt, caches, 0)[:, -1].argmax(-1, keepdim=True)
+
+    def run() -> None:
+        tok = state["tok"]
+        for s in range(steps):
+            tok = model(tok, caches, P + s)[:, -1].argmax(-1, keepdim=True)
+
     with (
         torch.inference_mode(),
         contextlib.nullcontext() if cudnn else sdpa_kernel(backends),
     ):
-        for _ in range(reps):
-            tok = model(prompt, caches, 0)[:, -1].argmax(-1, keepdim=True)
-            torch.cuda.synchronize()
-            start, end = (
-                torch.cuda.Event(enable_timing=True),
-                torch.cuda.Event(enable_timing=True),
-            )
-            start.record()
-            for s in range(steps):
-                tok = model(tok, caches, P + s)[:, -1].argmax(-1, keepdim=True)
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end) / steps)
-    return step_timing(name, times, nbytes)
+        t = cudl.bench(run, setup=setup, flush=False, warmup_ms=0, rep_ms=0, min_runs=3,
+                       name=name)
+    return per_step(t, steps, name, nbytes)

@@ -18,6 +18,7 @@
 #define WARP_SIZE 32
 #define FULL_MASK 0xffffffffu
 #define MAX_K 64
+#define UNROLL 8  // logits per thread in flight
 #define NEG_INF (-__int_as_float(0x7f800000))
 
 struct Candidate {
@@ -52,9 +53,19 @@ extern "C" __global__ void sample_top_k(const float* __restrict__ logits,
     Candidate prev{__int_as_float(0x7f800000), -1};  // +inf ranks before every logit
     for (int r = 0; r < k; ++r) {
         Candidate best{NEG_INF, 0x7fffffff};
-        for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
-            const Candidate c{z[i], i};
-            if (before(prev, c) && before(c, best)) best = c;
+        // UNROLL loads per thread issued before any is compared (a load under the loop's
+        // bound check would wait for the one before); an index past vocab re-reads the
+        // last logit and is never a candidate
+        const int stride = blockDim.x;
+        for (int i0 = threadIdx.x; i0 < vocab; i0 += UNROLL * stride) {
+            float v[UNROLL];
+#pragma unroll
+            for (int u = 0; u < UNROLL; ++u) v[u] = z[min(i0 + u * stride, vocab - 1)];
+#pragma unroll
+            for (int u = 0; u < UNROLL; ++u) {
+                const Candidate c{v[u], i0 + u * stride};
+                if (c.i < vocab && before(prev, c) && before(c, best)) best = c;
+            }
         }
         best = warp_best(best);
         if (lane == 0) warp_win[warp] = best;

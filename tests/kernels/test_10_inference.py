@@ -208,20 +208,47 @@ def test_advance():
 
 # ---------------------------------------------------------------- GEMV
 
-@pytest.mark.parametrize("mode", [0, 1, 2])
-@pytest.mark.parametrize("N,K,batch", [(1, 1, 1), (37, 100, 3), (20, 64, 1), (9, 1000, 11), (64, 256, 8),
-                                         (5, 8, 2), (3, 2056, 1), (17, 1030, 9)])
-def test_gemv(N, K, batch, mode):
+def gemv_check(N: int, K: int, batch: int, mode: int, config) -> None:
     rng = np.random.default_rng()
     W = (rng.standard_normal((N, K)) / math.sqrt(K)).astype(np.float16)
     x = rng.standard_normal((batch, K)).astype(np.float32)
     y0 = rng.standard_normal((batch, N)).astype(np.float32)
     y = cudl.xp.array(y0) if mode == 1 else cudl.poisoned((batch, N))
-    cudl.load(SRC + "gemv.cu", "gemv_f16")((-(-N // 8),), (256,), (cudl.xp.asarray(W), cudl.xp.asarray(x), y,
-                                                                    N, K, batch, mode))
+    grid, block = config.grid(N)
+    config.load()(grid, block, (cudl.xp.asarray(W), cudl.xp.asarray(x), y, N, K, batch, mode))
     ref = x.astype(np.float64) @ W.astype(np.float64).T
     ref = {0: ref, 1: y0 + ref, 2: gpt.gelu_tanh_np(ref)}[mode]
-    cudl.check(y, ref, rtol=1e-5, name=f"gemv mode {mode}")
+    cudl.check(y, ref, rtol=1e-5, name=f"gemv mode {mode} {config}")
+
+
+@pytest.mark.parametrize("mode", [0, 1, 2])
+@pytest.mark.parametrize("N,K,batch", [(1, 1, 1), (37, 100, 3), (20, 64, 1), (9, 1000, 11), (64, 256, 8),
+                                         (5, 8, 2), (3, 2056, 1), (17, 1030, 9)])
+def test_gemv(N, K, batch, mode):
+    gemv_check(N, K, batch, mode, gpt.GEMV)
+
+
+# the other configurations of gpu_check.py --sweep: rows past N, K-split warps, batch > 8
+@pytest.mark.parametrize("config", [gpt.GemvConfig(*c) for c in [(1, 4, 1, 8), (2, 4, 1, 4), (4, 2, 1, 4),
+                                                                 (1, 4, 4, 8), (2, 4, 2, 8), (1, 8, 1, 2)]])
+@pytest.mark.parametrize("N,K,batch,mode", [(7, 2056, 1, 0), (13, 1032, 9, 1), (5, 100, 2, 2)])
+def test_gemv_configs(N, K, batch, mode, config):
+    gemv_check(N, K, batch, mode, config)
+
+
+def test_kernels_left_out_skips_launches_and_restores_them():
+    cfg = gpt.Config(vocab=20, d_model=32, n_layer=1, n_head=2, d_ff=64, max_len=24)
+    model = gpt.BookGPT(gpt.random_weights(cfg, seed=0), cfg, max_batch=2)
+    model.prefill(np.random.default_rng().integers(0, cfg.vocab, (2, 5)).astype(np.int32))
+    model.start_sampling(4)
+    before = cudl.to_numpy(model.logits).copy()
+    with gpt.kernels_left_out(model, {"gemv", "advance"}):
+        model.decode_step()
+    assert np.array_equal(before, cudl.to_numpy(model.logits), equal_nan=True)
+    assert int(cudl.to_numpy(model.step)[0]) == 1  # start_sampling's advance only
+    model.decode_step()
+    assert not np.array_equal(before, cudl.to_numpy(model.logits))
+    assert int(cudl.to_numpy(model.step)[0]) == 2
 
 
 # ---------------------------------------------------------------- the whole model
