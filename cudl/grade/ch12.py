@@ -100,6 +100,23 @@ def naive_attention(q: Any, k: Any, v: Any, causal: bool, buffers: tuple[Any, An
     return o
 
 
+def sdpa_backend(fn: Any) -> str:
+    """Which backend a call of torch's scaled_dot_product_attention ran, from the names of the CUDA kernels
+    that torch's profiler sees while `fn` runs once: "cuDNN", "FlashAttention-2", "memory-efficient" (the
+    xFormers-derived kernels) or "math" (unfused), with the first kernel's name."""
+    import torch
+
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    names = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA] or \
+        [e.name for e in prof.events()]
+    low = " ".join(names).lower()
+    kind = ("cuDNN" if "cudnn" in low else "FlashAttention-2" if "flash" in low
+            else "memory-efficient" if "fmha" in low or "efficient" in low else "math")
+    return f"{kind} ({names[0][:70] if names else 'no kernel seen'})"
+
+
 # ------------------------------------------------------------------------------ graders of the exercises
 
 NEG_INF = -np.inf
