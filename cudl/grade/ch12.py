@@ -109,8 +109,8 @@ def sdpa_backend(fn: Any) -> str:
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         fn()
         torch.cuda.synchronize()
-    names = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA] or \
-        [e.name for e in prof.events()]
+    events = list(prof.events())
+    names = [e.name for e in events if str(getattr(e, "device_type", "")).endswith("CUDA")] or [e.name for e in events]
     low = " ".join(names).lower()
     kind = ("cuDNN" if "cudnn" in low else "FlashAttention-2" if "flash" in low
             else "memory-efficient" if "fmha" in low or "efficient" in low else "math")
