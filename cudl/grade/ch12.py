@@ -110,7 +110,8 @@ def sdpa_backend(fn: Any) -> str:
         fn()
         torch.cuda.synchronize()
     events = list(prof.events())
-    names = [e.name for e in events if str(getattr(e, "device_type", "")).endswith("CUDA")] or [e.name for e in events]
+    names = [e.name for e in events if str(getattr(e, "device_type", "")).endswith("CUDA")
+             and not e.name.startswith(("Memset", "Memcpy"))] or [e.name for e in events]
     low = " ".join(names).lower()
     kind = ("cuDNN" if "cudnn" in low else "FlashAttention-2" if "flash" in low
             else "memory-efficient" if "fmha" in low or "efficient" in low else "math")

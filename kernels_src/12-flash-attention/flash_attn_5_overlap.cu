@@ -14,8 +14,7 @@
 // warpgroups, no TMA: the chapter's target for its best kernel is 80% of PyTorch's SDPA
 // on the H100 at d = 128.
 // Compile with -arch=sm_90a (elsewhere the kernel is empty), -DWGS (3), -DBC (64 or 128
-// keys per tile: 128 issues two m64n64 wgmma per k step), -DLOADS_LATE (0 or 1),
-// -DMIN_BLOCKS (1).
+// keys per tile: 128 issues two m64n64 wgmma per k step), -DMIN_BLOCKS (1).
 // Launch: block 128 * WGS, grid (ceil(S / (64 WGS)), BH), dynamic shared memory
 // (64 WGS + 6 BC) * 256 + 1024 bytes. Head dimension 128 only; Q, K, V 16-byte aligned.
 
@@ -25,9 +24,6 @@
 #define WGS 3
 #endif
 #define SLOTS 3  // K/V tiles in shared memory: tile j (S), j - 1 (P V), j + 1 (in flight)
-#ifndef LOADS_LATE  // 1: issue the copies of tile j + 1 after the wgmma of step j
-#define LOADS_LATE 0
-#endif
 #ifndef MIN_BLOCKS  // blocks per SM that the registers must allow (__launch_bounds__)
 #define MIN_BLOCKS 1
 #endif
@@ -260,17 +256,13 @@ flash_attn_5_overlap(int S, float scale, int causal, const __half* __restrict__ 
         asm volatile("cp.async.wait_group 0;\n" ::: "memory");  // tile j has landed
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
         __syncthreads();  // for all threads; and every P V of step j - 2 is done
-        auto prefetch = [&] {  // tile j + 1 into the slot of tile j - 2
-            if (j + 1 < tiles_n) {
-                load_tile(k_slot(j + 1), Kh, (j + 1) * BC, BC, S);
-                load_tile(k_slot(j + 1) + TILE, Vh, (j + 1) * BC, BC, S);
-            }
-            asm volatile("cp.async.commit_group;\n" ::);
-        };
-        if (!LOADS_LATE) prefetch();
+        if (j + 1 < tiles_n) {  // into the slot of tile j - 2
+            load_tile(k_slot(j + 1), Kh, (j + 1) * BC, BC, S);
+            load_tile(k_slot(j + 1) + TILE, Vh, (j + 1) * BC, BC, S);
+        }
+        asm volatile("cp.async.commit_group;\n" ::);
         issue_qk(s, qs, k_slot(j), wg);
         issue_pv(o, p, k_slot(j - 1) + TILE);
-        if (LOADS_LATE) prefetch();  // the Tensor Cores start before the copies issue
         wgmma_wait<1>();  // S_j is ready, P V may still run
         fence_regs<BC / 2>(s);
         softmax_tile(s, m, l, alpha, p_next, j * BC, S, causal, rq, t, scale2);

@@ -136,6 +136,14 @@ def test_flash_wgmma(name, bh, S, causal, warps):
     check(name, bh, S, 128, causal, warps=warps)
 
 
+@pytest.mark.skipif(not hopper(), reason="wgmma needs an sm_90 GPU (the kernel is empty elsewhere)")
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("bh,S", [(3, 1), (2, 100), (2, 300)])
+def test_flash_overlap_bc128(bh, S, causal):
+    """Kernel 5 with tiles of 128 keys (two m64n64 wgmma per k step), the chapter's build."""
+    check("flash_attn_5_overlap", bh, S, 128, causal, warps=8, bc=128)
+
+
 # Plausible mistakes, made by editing one line of a kernel file: the check must reject each.
 K2, K3 = "flash_attn_2_mma", "flash_attn_3_32rows"
 MUTANTS = {
