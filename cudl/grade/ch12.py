@@ -36,30 +36,33 @@ def reference(q: Any, k: Any, v: Any, causal: bool, scale: float | None = None) 
     return np.einsum("bij,bjd->bid", p / l_sum, v, optimize=True), (m + np.log(l_sum))[..., 0]
 
 
-# kernel: query rows per warp, whether Q has its own BR x D tile in shared memory, K/V slots
+# kernel: query rows per warp, whether Q has its own BR x D tile in shared memory, K/V slots (default)
 FLASH = {"flash_attn_2_mma": (16, False, 2), "flash_attn_3_32rows": (32, True, 2),
          "flash_attn_4_wgmma": (16, True, 2), "flash_attn_5_overlap": (16, True, 3)}
-WGMMA = "flash_attn_4_wgmma"  # sm_90a only (d = 128, BC = 64; `warps` = 4 x warpgroups)
+WGMMA = "flash_attn_4_wgmma"  # sm_90a only (d = 128; `warps` = 4 x warpgroups)
 HOPPER = (WGMMA, "flash_attn_5_overlap")
 
 
-def flash_kernel(name: str, head_dim: int, *, warps: int = 4, bc: int = 64, sm75: bool = False,
-                 source: str | None = None, options: tuple[str, ...] = ()) -> Any:
-    """A flash kernel of the chapter compiled for one head dimension and tile shape (or from `source`)."""
+def flash_kernel(name: str, head_dim: int, *, warps: int = 4, bc: int = 64, stages: int | None = None,
+                 sm75: bool = False, source: str | None = None, options: tuple[str, ...] = ()) -> Any:
+    """A flash kernel of the chapter compiled for one head dimension and tile shape (or from `source`);
+    `stages`: K/V tiles in shared memory (kernels 2 and 3: 2 or 3; None: the kernel's default)."""
     if name in HOPPER:
-        opts = ["-arch=sm_90a", f"-DWGS={warps // 4}", *options] if cudl.on_gpu() else [f"-DWGS={warps // 4}"]
+        opts = [f"-DWGS={warps // 4}", *([f"-DBC={bc}"] if bc != 64 else []), *options]  # BC: kernel 5
+        opts = ["-arch=sm_90a", *opts] if cudl.on_gpu() else opts
     else:
         opts = [f"-DHEAD_DIM={head_dim}", f"-DWARPS={warps}", f"-DBC={bc}", *options]
+        opts += [f"-DSTAGES={stages}"] if stages else []
         opts += ["-DFLASH_SM75"] if sm75 else []
     k = cudl.load(source or f"{D}/{name}.cu", name, options=opts)
-    k.tile = (warps, bc)
+    k.tile = (warps, bc, stages or FLASH[name][2])
     return k
 
 
 def flash_shape(kernel: Any, S: int, bh: int, d: int) -> tuple[tuple[int, int], int, int]:
     """(grid, threads, dynamic shared bytes) of a flash_kernel build."""
-    warps, bc = kernel.tile
-    rows, q_tile, slots = FLASH[kernel.name]
+    warps, bc, slots = kernel.tile
+    rows, q_tile, _ = FLASH[kernel.name]
     br = rows * warps
     align = 1024 if kernel.name in HOPPER else 0  # wgmma's swizzle atoms start on 1 KiB
     return (cdiv(S, br), bh), 32 * warps, ((br if q_tile else 0) + 2 * slots * bc) * d * 2 + align
@@ -95,6 +98,24 @@ def naive_attention(q: Any, k: Any, v: Any, causal: bool, buffers: tuple[Any, An
     softmax((bh * S,), threads, (s, p, bh * S, S))
     pv((cdiv(d, 32), cdiv(S, 8), bh), (32, 8), (S, d, p, v, o))
     return o
+
+
+def sdpa_backend(fn: Any) -> str:
+    """Which backend a call of torch's scaled_dot_product_attention ran, from the names of the CUDA kernels
+    that torch's profiler sees while `fn` runs once: "cuDNN", "FlashAttention-2", "memory-efficient" (the
+    xFormers-derived kernels) or "math" (unfused), with the first kernel's name."""
+    import torch
+
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    events = list(prof.events())
+    names = [e.name for e in events if str(getattr(e, "device_type", "")).endswith("CUDA")
+             and not e.name.startswith(("Memset", "Memcpy"))] or [e.name for e in events]
+    low = " ".join(names).lower()
+    kind = ("cuDNN" if "cudnn" in low else "FlashAttention-2" if "flash" in low
+            else "memory-efficient" if "fmha" in low or "efficient" in low else "math")
+    return f"{kind} ({names[0][:70] if names else 'no kernel seen'})"
 
 
 # ------------------------------------------------------------------------------ graders of the exercises

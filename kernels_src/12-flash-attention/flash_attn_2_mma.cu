@@ -9,20 +9,23 @@
 // are rescaled by exp(m_old - m_new)), turns the scores into fp16 P fragments in
 // registers (the accumulator layout of two 16 x 8 tiles is the A layout of one 16 x 16
 // tile) and adds P V (V fragments by ldmatrix.trans). Exponentials are exp2 of scores
-// pre-scaled by log2(e). K and V tiles are double-buffered: on sm_80+ cp.async fetches
-// tile j + 1 while tile j is used; shared tiles are XOR-swizzled by 16-byte chunk (chunk
-// c of row r at c ^ (r % 8)) so every ldmatrix is free of bank conflicts. causal != 0
-// masks key > query and skips the key tiles above the diagonal (half the work); rows and
-// keys past S are masked (zero-filled loads), so any S >= 1 works.
+// times scale log2(e) minus the row maximum (one fused multiply-add). K and V tiles are
+// double-buffered: on sm_80+ cp.async fetches tile j + 1 while tile j is used (with
+// -DSTAGES=3, tiles j + 1 and j + 2, and one barrier per tile instead of two); shared
+// tiles are XOR-swizzled by 16-byte chunk (chunk c of row r at c ^ (r % 8)) so every
+// ldmatrix is free of bank conflicts. causal != 0 masks key > query and skips the key
+// tiles above the diagonal (half the work); rows and keys past S are masked (zero-filled
+// loads), so any S >= 1 works.
 // sm_75 (T4): two m16n8k8 per k16 step and plain 16-byte copies (define FLASH_SM75 to
 // force that path on any GPU, e.g. in a test).
 // Limit: Tensor Core bound for long S; one warp per 16 rows re-reads each K/V tile from
 // shared memory once per warp, and loads and math share the same warps (no producer
 // warps, no wgmma): the chapter's target is 50% of PyTorch's SDPA on the H100 at d = 128.
 // Compile with -DHEAD_DIM=64 or 128 (default 128), -DWARPS (4), -DBC (64),
-// -DMIN_BLOCKS (1); BR <= 2 BC.
+// -DSTAGES (2 or 3), -DMIN_BLOCKS (1); BR <= 2 BC.
 // Launch: block 32 * WARPS, grid (ceil(S / BR), BH), dynamic shared memory
-// 4 * BC * HEAD_DIM * 2 bytes (64 KiB at d = 128: above 48 KiB, the launcher opts in).
+// 2 * STAGES * BC * HEAD_DIM * 2 bytes (64 KiB at d = 128, BC = 64, STAGES = 2: above
+// 48 KiB, the launcher opts in).
 // Q, K, V 16-byte aligned.
 
 #include <cuda_fp16.h>
@@ -36,6 +39,9 @@
 #endif
 #ifndef BC
 #define BC 64
+#endif
+#ifndef STAGES  // K/V tiles in shared memory: 2 (double buffer) or 3
+#define STAGES 2
 #endif
 #ifndef MIN_BLOCKS  // blocks per SM that the registers must allow (__launch_bounds__)
 #define MIN_BLOCKS 1
@@ -52,6 +58,7 @@
 #endif
 
 static_assert(D % 64 == 0 && BC % 16 == 0 && BR <= 2 * BC, "tile shape");
+static_assert(STAGES == 2 || STAGES == 3, "STAGES");
 
 // Offset (in halves) of element (r, c) of a tile with D columns: 16-byte chunks swizzled.
 __device__ __forceinline__ int off(int r, int c) {
@@ -90,24 +97,38 @@ flash_attn_2_mma(int S, float scale, int causal, const __half* __restrict__ Q,
     const int last = causal ? min(q0 + BR, S) - 1 : S - 1;
     const int tiles_n = last / BC + 1;
 
-    // Q goes through slot 1 (free until tile 1 is fetched), tile 0 into slot 0
-    load_tile(tiles + 2 * BC * D, Q + head, q0, BR, S);
+    // Q goes through the last slot (free until a tile is fetched into it), tile 0 into
+    // slot 0; with 3 stages tile 1 is fetched into slot 1 at once
+    __half* const q_slot = tiles + (STAGES - 1) * 2 * BC * D;
+    load_tile(q_slot, Q + head, q0, BR, S);
+#if STAGES == 2
     commit();
+#endif
     load_tile(tiles, Kh, 0, BC, S);
     load_tile(tiles + BC * D, Vh, 0, BC, S);
     commit();
-    wait_all_but_newest();
+#if STAGES == 3
+    if (tiles_n > 1) {
+        load_tile(tiles + 2 * BC * D, Kh, BC, BC, S);
+        load_tile(tiles + 3 * BC * D, Vh, BC, BC, S);
+    }
+    commit();
+#endif
+    wait_all_but_newest();  // Q (and tile 0 with 3 stages) has landed
     __syncthreads();
     unsigned qf[D / 16][4];  // the warp's 16 x D rows of Q as A fragments
     for (int kk = 0; kk < D / 16; kk++)
-        ldmatrix_x4(qf[kk], tiles + 2 * BC * D + off(16 * warp + lane % 16,
-                                                     16 * kk + (lane / 16) * 8));
+        ldmatrix_x4(qf[kk],
+                    q_slot + off(16 * warp + lane % 16, 16 * kk + (lane / 16) * 8));
+#if STAGES == 2
     __syncthreads();  // slot 1 is overwritten next
+#endif  // (3 stages: the barrier at the top of step 0 comes before slot 2 is refilled)
 
     const float scale2 = scale * LOG2E;  // exp(scale s) = exp2(scale2 s)
     float o[D / 8][4] = {};
     float m[2] = {NEG_INF, NEG_INF}, l[2] = {0.f, 0.f};  // of rows g, g + 8 (log2 units)
     for (int j = 0; j < tiles_n; j++) {
+#if STAGES == 2
         if (j + 1 < tiles_n) {
             __half* next = tiles + ((j + 1) % 2) * 2 * BC * D;
             load_tile(next, Kh, (j + 1) * BC, BC, S);
@@ -116,7 +137,18 @@ flash_attn_2_mma(int S, float scale, int causal, const __half* __restrict__ Q,
         commit();  // possibly empty: one group per tile keeps wait_group 1 right
         wait_all_but_newest();
         __syncthreads();
-        const __half* Ks = tiles + (j % 2) * 2 * BC * D;
+#else  // tile j has landed once only tile j + 1 may be in flight; after the barrier no
+       // warp still reads tile j - 1, so its slot takes tile j + 2
+        wait_all_but_newest();
+        __syncthreads();
+        if (j + 2 < tiles_n) {
+            __half* next = tiles + ((j + 2) % 3) * 2 * BC * D;
+            load_tile(next, Kh, (j + 2) * BC, BC, S);
+            load_tile(next + BC * D, Vh, (j + 2) * BC, BC, S);
+        }
+        commit();  // possibly empty: one group per tile keeps wait_group 1 right
+#endif
+        const __half* Ks = tiles + (j % STAGES) * 2 * BC * D;
         const __half* Vs = Ks + BC * D;
         const int n0 = j * BC;
         // (causal) every key of the tile above all rows of this warp: nothing to add
@@ -130,25 +162,23 @@ flash_attn_2_mma(int S, float scale, int causal, const __half* __restrict__ Q,
                     mma_16x8x16(s[nt], qf[kk], b);
                     mma_16x8x16(s[nt + 1], qf[kk], b + 2);
                 }
-            // scale to log2 units; mask keys past S and (causal) keys after the row
+            // mask keys past S and (causal) keys after the row; row maxima of the scores
             const bool edge = n0 + BC > S || (causal && n0 + BC - 1 > wq);
             float mx[2] = {NEG_INF, NEG_INF};
             for (int nt = 0; nt < BC / 8; nt++)
                 for (int e = 0; e < 4; e++) {
-                    float v = s[nt][e] * scale2;
                     if (edge) {
                         const int key = n0 + 8 * nt + 2 * t + (e & 1);
                         const int row = wq + g + 8 * (e / 2);
-                        if (key >= S || (causal && key > row)) v = NEG_INF;
+                        if (key >= S || (causal && key > row)) s[nt][e] = NEG_INF;
                     }
-                    s[nt][e] = v;
-                    mx[e / 2] = fmaxf(mx[e / 2], v);
+                    mx[e / 2] = fmaxf(mx[e / 2], s[nt][e]);
                 }
             for (int h = 0; h < 2; h++) {
                 // the 4 threads of a quad hold one row: reduce the maximum across them
                 mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
                 mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
-                const float m_new = fmaxf(m[h], mx[h]);
+                const float m_new = fmaxf(m[h], mx[h] * scale2);  // in log2 units
                 const float base = m_new == NEG_INF ? 0.f : m_new;  // a row masked so far
                 const float alpha = exp2f(m[h] - base);  // rescales the sums so far
                 m[h] = m_new;
@@ -158,8 +188,8 @@ flash_attn_2_mma(int S, float scale, int causal, const __half* __restrict__ Q,
                     o[dt][2 * h + 1] *= alpha;
                 }
                 for (int nt = 0; nt < BC / 8; nt++) {
-                    const float p0 = exp2f(s[nt][2 * h] - base);
-                    const float p1 = exp2f(s[nt][2 * h + 1] - base);
+                    const float p0 = exp2f(fmaf(s[nt][2 * h], scale2, -base));
+                    const float p1 = exp2f(fmaf(s[nt][2 * h + 1], scale2, -base));
                     s[nt][2 * h] = p0;
                     s[nt][2 * h + 1] = p1;
                     l[h] += p0 + p1;  // this thread's share; the quad adds up at the end
@@ -180,7 +210,9 @@ flash_attn_2_mma(int S, float scale, int causal, const __half* __restrict__ Q,
                 }
             }
         }
+#if STAGES == 2
         __syncthreads();  // the slot is refilled at the next step
+#endif
     }
 #ifdef FLASH_SM80
     asm volatile("cp.async.wait_all;\n" ::: "memory");  // only empty groups are left

@@ -13,9 +13,10 @@
 // than Hopper's wgmma: the chapter's target for its best kernel is 80% of PyTorch's SDPA
 // on the H100 at d = 128.
 // Compile with -DHEAD_DIM=64 or 128 (default 128), -DWARPS (4), -DBC (64),
-// -DMIN_BLOCKS (1).
+// -DSTAGES (2 or 3 K/V tiles in shared memory, as in kernel 2), -DMIN_BLOCKS (1).
 // Launch: block 32 * WARPS, grid (ceil(S / (32 WARPS)), BH), dynamic shared memory
-// (32 WARPS + 4 BC) * HEAD_DIM * 2 bytes (96 KiB at d = 128, WARPS 4, BC 64).
+// (32 WARPS + 2 STAGES BC) * HEAD_DIM * 2 bytes (96 KiB at d = 128, WARPS 4, BC 64,
+// STAGES 2).
 // Q, K, V 16-byte aligned.
 
 #include <cuda_fp16.h>
@@ -29,6 +30,9 @@
 #endif
 #ifndef BC
 #define BC 64
+#endif
+#ifndef STAGES  // K/V tiles in shared memory: 2 (double buffer) or 3
+#define STAGES 2
 #endif
 #ifndef MIN_BLOCKS  // blocks per SM that the registers must allow (__launch_bounds__)
 #define MIN_BLOCKS 1
@@ -45,6 +49,7 @@
 #endif
 
 static_assert(D % 64 == 0 && BC % 16 == 0, "tile shape");
+static_assert(STAGES == 2 || STAGES == 3, "STAGES");
 
 // Offset (in halves) of element (r, c) of a tile with D columns: 16-byte chunks swizzled.
 __device__ __forceinline__ int off(int r, int c) {
@@ -88,6 +93,13 @@ flash_attn_3_32rows(int S, float scale, int causal, const __half* __restrict__ Q
     load_tile(tiles, Kh, 0, BC, S);
     load_tile(tiles + BC * D, Vh, 0, BC, S);
     commit();
+#if STAGES == 3
+    if (tiles_n > 1) {
+        load_tile(tiles + 2 * BC * D, Kh, BC, BC, S);
+        load_tile(tiles + 3 * BC * D, Vh, BC, BC, S);
+    }
+    commit();
+#endif
 
     const float scale2 = scale * LOG2E;  // exp(scale s) = exp2(scale2 s)
     float o[2][D / 8][4] = {};
@@ -95,6 +107,7 @@ flash_attn_3_32rows(int S, float scale, int causal, const __half* __restrict__ Q
     for (int i = 0; i < 2; i++)
         for (int h = 0; h < 2; h++) m[i][h] = NEG_INF, l[i][h] = 0.f;
     for (int j = 0; j < tiles_n; j++) {
+#if STAGES == 2
         if (j + 1 < tiles_n) {
             __half* next = tiles + ((j + 1) % 2) * 2 * BC * D;
             load_tile(next, Kh, (j + 1) * BC, BC, S);
@@ -103,7 +116,17 @@ flash_attn_3_32rows(int S, float scale, int causal, const __half* __restrict__ Q
         commit();  // possibly empty: one group per tile keeps wait_group 1 right
         wait_all_but_newest();
         __syncthreads();
-        const __half* Ks = tiles + (j % 2) * 2 * BC * D;
+#else  // as in kernel 2: wait for tile j, then refill the slot of tile j - 1
+        wait_all_but_newest();
+        __syncthreads();
+        if (j + 2 < tiles_n) {
+            __half* next = tiles + ((j + 2) % 3) * 2 * BC * D;
+            load_tile(next, Kh, (j + 2) * BC, BC, S);
+            load_tile(next + BC * D, Vh, (j + 2) * BC, BC, S);
+        }
+        commit();
+#endif
+        const __half* Ks = tiles + (j % STAGES) * 2 * BC * D;
         const __half* Vs = Ks + BC * D;
         const int n0 = j * BC;
         if (!causal || n0 <= wq + 31) {  // else every key is above this warp's rows
@@ -135,20 +158,18 @@ flash_attn_3_32rows(int S, float scale, int causal, const __half* __restrict__ Q
                 for (int nt = 0; nt < BC / 8; nt++)
 #pragma unroll
                     for (int e = 0; e < 4; e++) {
-                        float v = s[i][nt][e] * scale2;
                         if (edge) {
                             const int key = n0 + 8 * nt + 2 * t + (e & 1);
                             const int row = wq + 16 * i + g + 8 * (e / 2);
-                            if (key >= S || (causal && key > row)) v = NEG_INF;
+                            if (key >= S || (causal && key > row)) s[i][nt][e] = NEG_INF;
                         }
-                        s[i][nt][e] = v;
-                        mx[e / 2] = fmaxf(mx[e / 2], v);
+                        mx[e / 2] = fmaxf(mx[e / 2], s[i][nt][e]);
                     }
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
                     mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
                     mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
-                    const float m_new = fmaxf(m[i][h], mx[h]);
+                    const float m_new = fmaxf(m[i][h], mx[h] * scale2);
                     const float base = m_new == NEG_INF ? 0.f : m_new;
                     const float alpha = exp2f(m[i][h] - base);
                     m[i][h] = m_new;
@@ -160,8 +181,8 @@ flash_attn_3_32rows(int S, float scale, int causal, const __half* __restrict__ Q
                     }
 #pragma unroll
                     for (int nt = 0; nt < BC / 8; nt++) {
-                        const float p0 = exp2f(s[i][nt][2 * h] - base);
-                        const float p1 = exp2f(s[i][nt][2 * h + 1] - base);
+                        const float p0 = exp2f(fmaf(s[i][nt][2 * h], scale2, -base));
+                        const float p1 = exp2f(fmaf(s[i][nt][2 * h + 1], scale2, -base));
                         s[i][nt][2 * h] = p0;
                         s[i][nt][2 * h + 1] = p1;
                         l[i][h] += p0 + p1;
@@ -191,7 +212,9 @@ flash_attn_3_32rows(int S, float scale, int causal, const __half* __restrict__ Q
                 }
             }
         }
+#if STAGES == 2
         __syncthreads();  // the slot is refilled at the next step
+#endif
     }
 #ifdef FLASH_SM80
     asm volatile("cp.async.wait_all;\n" ::: "memory");  // only empty groups are left

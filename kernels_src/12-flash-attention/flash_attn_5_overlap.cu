@@ -13,9 +13,10 @@
 // Limit: no producer warp (all warps issue the copies), no ping-pong ordering between
 // warpgroups, no TMA: the chapter's target for its best kernel is 80% of PyTorch's SDPA
 // on the H100 at d = 128.
-// Compile with -arch=sm_90a (elsewhere the kernel is empty), -DWGS (3), -DMIN_BLOCKS (1).
+// Compile with -arch=sm_90a (elsewhere the kernel is empty), -DWGS (3), -DBC (64 or 128
+// keys per tile: 128 issues two m64n64 wgmma per k step), -DMIN_BLOCKS (1).
 // Launch: block 128 * WGS, grid (ceil(S / (64 WGS)), BH), dynamic shared memory
-// (64 WGS + 384) * 256 + 1024 bytes. Head dimension 128 only; Q, K, V 16-byte aligned.
+// (64 WGS + 6 BC) * 256 + 1024 bytes. Head dimension 128 only; Q, K, V 16-byte aligned.
 
 #include <cuda_fp16.h>
 #include "11-tensor-cores/tc_ptx.cuh"  // mma.sync, ldmatrix, cp.async, wgmma wrappers
@@ -27,8 +28,10 @@
 #ifndef MIN_BLOCKS  // blocks per SM that the registers must allow (__launch_bounds__)
 #define MIN_BLOCKS 1
 #endif
-#define D 128
+#ifndef BC
 #define BC 64
+#endif
+#define D 128
 #define BR (64 * WGS)
 #define THREADS (128 * WGS)
 #define Q_BLOCK (BR * 128)  // bytes of one 64-wide column block of the Q tile
@@ -37,6 +40,8 @@
 #define LOG2E 1.4426950408889634f
 #define LN2 0.6931471805599453f
 #define NEG_INF (-__int_as_float(0x7f800000))
+
+static_assert(BC == 64 || BC == 128, "BC");
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define FLASH_SM90A 1
@@ -68,9 +73,9 @@ template <int N> __device__ __forceinline__ void fence_regs(float* r) {
 #endif
 
 #ifdef FLASH_SM90A
-// Online softmax of one 64 x 64 tile of scores (the warpgroup's accumulators, 32 per
-// thread) in place: scale to log2 units, mask, update m and l of rows rq and rq + 8,
-// leave P as A fragments in p and the factor for what O holds so far in alpha.
+// Online softmax of one 64 x BC tile of scores (the warpgroup's accumulators, BC / 2 per
+// thread) in place: mask, update m and l (log2 units) of rows rq and rq + 8, leave P as
+// A fragments in p and the factor for what O holds so far in alpha.
 __device__ __forceinline__ void softmax_tile(float* s, float* m, float* l, float* alpha,
                                              unsigned (*p)[4], int n0, int S, int causal,
                                              int rq, int t, float scale2) {
@@ -78,28 +83,26 @@ __device__ __forceinline__ void softmax_tile(float* s, float* m, float* l, float
     float mx[2] = {NEG_INF, NEG_INF};
 #pragma unroll
     for (int i = 0; i < BC / 2; i++) {
-        float v = s[i] * scale2;
         const int e = i % 4;
         if (edge) {
             const int key = n0 + 8 * (i / 4) + 2 * t + (e & 1);
-            if (key >= S || (causal && key > rq + 8 * (e / 2))) v = NEG_INF;
+            if (key >= S || (causal && key > rq + 8 * (e / 2))) s[i] = NEG_INF;
         }
-        s[i] = v;
-        mx[e / 2] = fmaxf(mx[e / 2], v);
+        mx[e / 2] = fmaxf(mx[e / 2], s[i]);
     }
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
         mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
-        const float m_new = fmaxf(m[h], mx[h]);
+        const float m_new = fmaxf(m[h], mx[h] * scale2);  // exp(scale s) = exp2(scale2 s)
         const float base = m_new == NEG_INF ? 0.f : m_new;
         alpha[h] = exp2f(m[h] - base);
         m[h] = m_new;
         l[h] *= alpha[h];
 #pragma unroll
         for (int nt = 0; nt < BC / 8; nt++) {
-            const float p0 = exp2f(s[4 * nt + 2 * h] - base);
-            const float p1 = exp2f(s[4 * nt + 2 * h + 1] - base);
+            const float p0 = exp2f(fmaf(s[4 * nt + 2 * h], scale2, -base));
+            const float p1 = exp2f(fmaf(s[4 * nt + 2 * h + 1], scale2, -base));
             s[4 * nt + 2 * h] = p0;
             s[4 * nt + 2 * h + 1] = p1;
             l[h] += p0 + p1;
@@ -112,16 +115,22 @@ __device__ __forceinline__ void softmax_tile(float* s, float* m, float* l, float
             p[kk][r] = pack_half2(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
 }
 
-// Issue S = Q K^T for the warpgroup's 64 rows and the K tile at ks (one wgmma group).
+// Issue S = Q K^T for the warpgroup's 64 rows and the K tile at ks (one wgmma group);
+// with BC = 128, keys 64-127 are a second 64 x 64 accumulator, s[32 ...], which is the
+// layout of one 64 x 128 accumulator.
 __device__ __forceinline__ void issue_qk(float* s, unsigned qs, unsigned ks, int wg) {
 #pragma unroll
     for (int i = 0; i < BC / 2; i++) s[i] = 0.f;
     wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < D / 16; kk++)
-        wgmma_qk(s, desc(qs + (kk / 4) * Q_BLOCK + wg * 64 * 128 + (kk % 4) * 32,
-                         16, 1024),
-                 desc(ks + (kk / 4) * T_BLOCK + (kk % 4) * 32, 16, 1024));
+    for (int kk = 0; kk < D / 16; kk++) {
+        const unsigned long long a =
+            desc(qs + (kk / 4) * Q_BLOCK + wg * 64 * 128 + (kk % 4) * 32, 16, 1024);
+#pragma unroll
+        for (int n = 0; n < BC / 64; n++)  // keys 64 n ... 64 n + 63: 8 KiB further
+            wgmma_qk(s + 32 * n, a, desc(ks + (kk / 4) * T_BLOCK + n * 64 * 128
+                                         + (kk % 4) * 32, 16, 1024));
+    }
     wgmma_commit();
 }
 // Issue O += P V for the V tile at vs (one wgmma group).
@@ -168,7 +177,7 @@ flash_attn_5_overlap(int S, float scale, int causal, const __half* __restrict__ 
 
     const float scale2 = scale * LOG2E;  // exp(scale s) = exp2(scale2 s)
     float o[D / 2] = {};  // 64 x 128 per warpgroup: [8-column tile dt][4]
-    float s[BC / 2];  // 64 x 64 scores per warpgroup: [8-key tile nt][4]
+    float s[BC / 2];  // 64 x BC scores per warpgroup: [8-key tile nt][4]
     float m[2] = {NEG_INF, NEG_INF}, l[2] = {0.f, 0.f}, alpha[2];
     unsigned p[BC / 16][4], p_next[BC / 16][4];  // P of the tile whose P V is pending
     issue_qk(s, qs, k_slot(0), wg);

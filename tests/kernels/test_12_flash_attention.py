@@ -77,10 +77,11 @@ def test_flash_sm75_path(name):
     check(name, 2, 100, 64, True, sm75=True)
 
 
-TILES = [dict(warps=8, bc=64), dict(warps=4, bc=32), dict(warps=2, bc=128)]
+TILES = [dict(warps=8, bc=64), dict(warps=4, bc=32), dict(warps=2, bc=128), dict(warps=4, bc=32, stages=3),
+         dict(warps=2, bc=64, stages=3), dict(warps=8, bc=64, stages=3), dict(warps=8, bc=128)]
 
 
-@pytest.mark.parametrize("build", TILES, ids=[f"w{b['warps']}-bc{b['bc']}" for b in TILES])
+@pytest.mark.parametrize("build", TILES, ids=[f"w{b['warps']}-bc{b['bc']}-s{b.get('stages', 2)}" for b in TILES])
 @pytest.mark.parametrize("name", KERNELS)
 def test_flash_tile_shapes(name, build):
     """The tuning knobs of gpu_check.py give the same function (causal: the tile skipping moves with BR)."""
@@ -135,26 +136,40 @@ def test_flash_wgmma(name, bh, S, causal, warps):
     check(name, bh, S, 128, causal, warps=warps)
 
 
+@pytest.mark.skipif(not hopper(), reason="wgmma needs an sm_90 GPU (the kernel is empty elsewhere)")
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("bh,S", [(3, 1), (2, 100), (2, 300)])
+def test_flash_overlap_bc128(bh, S, causal):
+    """Kernel 5 with tiles of 128 keys (two m64n64 wgmma per k step), the chapter's build."""
+    check("flash_attn_5_overlap", bh, S, 128, causal, warps=8, bc=128)
+
+
 # Plausible mistakes, made by editing one line of a kernel file: the check must reject each.
 K2, K3 = "flash_attn_2_mma", "flash_attn_3_32rows"
 MUTANTS = {
     "no-rescaling": (K2, "const float alpha = exp2f(m[h] - base);", "const float alpha = 1.f;"),
     "rescale-inverted": (K3, "const float alpha = exp2f(m[i][h] - base);",
                          "const float alpha = exp2f(base - m[i][h]);"),
-    "no-causal-mask": (K2, "if (key >= S || (causal && key > row)) v = NEG_INF;", "if (key >= S) v = NEG_INF;"),
-    "causal-mask-off-by-one": (K3, "(causal && key > row)) v = NEG_INF;", "(causal && key >= row)) v = NEG_INF;"),
-    "no-tail-mask": (K2, "if (key >= S || (causal && key > row)) v = NEG_INF;",
-                     "if (causal && key > row) v = NEG_INF;"),
+    "no-causal-mask": (K2, "if (key >= S || (causal && key > row)) s[nt][e] = NEG_INF;",
+                       "if (key >= S) s[nt][e] = NEG_INF;"),
+    "causal-mask-off-by-one": (K3, "(causal && key > row)) s[i][nt][e] = NEG_INF;",
+                               "(causal && key >= row)) s[i][nt][e] = NEG_INF;"),
+    "no-tail-mask": (K2, "if (key >= S || (causal && key > row)) s[nt][e] = NEG_INF;",
+                     "if (causal && key > row) s[nt][e] = NEG_INF;"),
+    "scale-not-folded": (K2, "exp2f(fmaf(s[nt][2 * h], scale2, -base))", "exp2f(s[nt][2 * h] - base)"),
     "skips-diagonal-tile": (K2, "if (!causal || n0 <= wq + 15) {", "if (!causal || n0 + BC <= wq) {"),
     "p-fragment-halves-swapped": (K2, "pack_half2(s[2 * kk][2], s[2 * kk][3]),",
                                   "pack_half2(s[2 * kk + 1][0], s[2 * kk + 1][1]),"),
     "row-sum-not-reduced": (K3, "sum += __shfl_xor_sync(0xffffffffu, sum, 2);", ""),
     "no-wait-group": (K2, "    cp_async_wait<1>();", ""),
     "no-barrier-before-refill": (K3, "        __syncthreads();  // the slot is refilled", "//"),
+    # 3 stages: the one barrier per tile comes before the refill of the slot of tile j - 1
+    "3-stages-refill-before-barrier": (K2, "        __syncthreads();\n        if (j + 2 < tiles_n) {",
+                                       "        if (j + 2 < tiles_n) {", dict(stages=3)),
 }
 # right by luck of order on the emulator: its race check must stop it. The race check does not see the writes
 # of cp.async (they land inside wait_group), so the missing barrier is caught on the sm_75 path (plain stores).
-RACES = {"no-barrier-before-refill"}
+RACES = {"no-barrier-before-refill", "3-stages-refill-before-barrier"}
 
 
 @pytest.mark.parametrize("mutant", MUTANTS)
@@ -165,13 +180,14 @@ def test_mutant_is_rejected(mutant, monkeypatch):
         if cudl.on_gpu():
             pytest.skip("a missing barrier shows on a GPU only by chance")
         monkeypatch.setenv("CUDL_EMULATOR_RACECHECK", "1")
-    name, old, new = MUTANTS[mutant]
+    name, old, new, *build = MUTANTS[mutant]
     src = (KERNELS_DIR / "12-flash-attention" / f"{name}.cu").read_text()
     assert src.count(old) == 1, f"mutant {mutant}: the line to edit is no longer in {name}.cu"
     q, k, v = inputs(2, 200, 64)
     causal = mutant != "no-tail-mask"  # causal rows never reach the keys past S
     try:
-        o, lse = ch12.flash_attention(name, q, k, v, causal, source=src.replace(old, new), sm75=mutant in RACES)
+        o, lse = ch12.flash_attention(name, q, k, v, causal, source=src.replace(old, new), sm75=mutant in RACES,
+                                      **(build[0] if build else {}))
         cudl.sync()
     except cudl.KernelFault:  # e.g. the race check stops a launch without its barrier
         return
