@@ -106,7 +106,9 @@ def sdpa_backend(fn: Any) -> str:
     xFormers-derived kernels) or "math" (unfused), with the first kernel's name."""
     import torch
 
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+    # acc_events=True: one cycle, so it changes nothing but PyTorch's dropped-events warning
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA],
+                                acc_events=True) as prof:
         fn()
         torch.cuda.synchronize()
     events = list(prof.events())
