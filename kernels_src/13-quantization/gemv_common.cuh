@@ -8,7 +8,8 @@
 #pragma once
 #include <cuda_fp16.h>
 
-// Options: the same names in every kernel, set by the chapter and gpu_check.py alike.
+// Options (-DROWS=...): the same names in every kernel. UNROLL and KSPLIT default to the
+// kernel's own GEMV_UNROLL and GEMV_KSPLIT, its best in the H100 sweep.
 #ifndef ROWS
 #define ROWS 1  // rows per warp
 #endif
@@ -27,7 +28,7 @@ __device__ __forceinline__ float warp_sum(float v) {
 }
 
 // y[row0 + r] = the sum of acc[r] over the KSPLIT warps (x 32 lanes) of a row group: a
-// shuffle per warp, then one shared-memory slot per warp, added by the group's first.
+// shuffle per warp, then a shared-memory slot per warp, summed by the group's first warp.
 __device__ __forceinline__ void store_rows(const float* acc, int row0, int N,
                                            __half* __restrict__ y) {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
