@@ -10,7 +10,9 @@ GPU kernels one torch call ran). About 30 s on an H100.
 2. kernels_launched: a ResNet 3 x 3 convolution (chapter 6's probe: Winograd, FFT or GEMM kernels) and
    SDPA at chapter 12's size, full and causal (ch12.sdpa_backend), with warnings turned into failures
    (acc_events=True must keep PyTorch's dropped-events warning away).
-3. The unit tests of both helpers and the speed grader on the GPU (pytest).
+3. The speed grader's measure() (now bench_pair) on recorded launches: a serial kernel against a
+   parallel one must be SLOW, a kernel against itself not.
+4. The unit tests of both helpers and the speed grader on the GPU (pytest).
 Prints what the helpers return, then a table; the last line says PASS or lists the failures.
 """
 
@@ -127,10 +129,52 @@ for causal in (False, True):
     if not names or backend.startswith("math") or "no kernel seen" in backend:
         failures.append(f"SDPA causal={causal}: {backend} {names}")
 
-# ------------------------------------------------------------------ 3. unit tests on the GPU
+# ------------------------------------------------------------------ 3. the speed grader's measure()
+# What cudl/grade/_child.py does once every case passed: replay recorded launches, student against
+# solution, through cudl.grade.speed.measure (now bench_pair). A serial kernel against a parallel one.
+from cudl.grade.speed import MIN_FACTOR, is_slow, measure, solution_source  # noqa: E402
+
+SCALE = r"""
+extern "C" __global__ void scale_fast(const float* __restrict__ x, float* __restrict__ y, int n) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = 2.0f * x[i];
+}
+extern "C" __global__ void scale_serial(const float* __restrict__ x, float* __restrict__ y, int n) {
+    if (threadIdx.x != 0) return;  // one thread of each block does the block's 256 elements
+    for (int j = 0; j < 256; ++j) {
+        const int i = blockIdx.x * 256 + j;
+        if (i < n) y[i] = 2.0f * x[i];
+    }
+}
+"""
+m = 2**24
+xs, ys = cudl.randn(m), cudl.poisoned(m)
+fast, serial = cudl.load(SCALE, "scale_fast"), cudl.load(SCALE, "scale_serial")
+args = (((m + 255) // 256,), (256,), (xs, ys, m))
+serial(*args)
+cudl.check(ys, 2.0 * cudl.to_numpy(xs).astype("float64"), name="scale_serial")
+slow_vs_fast = measure([(serial, args, {})], [(fast, args, {})])
+same = measure([(fast, args, {})], [(fast, args, {})])
+slow = is_slow(slow_vs_fast["student"], slow_vs_fast["solution"], 2.0)
+self_slow = is_slow(same["student"], same["solution"], MIN_FACTOR)
+print(f"measure(serial, fast): {slow_vs_fast}\nmeasure(fast, fast): {same}", flush=True)
+rows.append(f"{'speed: serial vs fast (ms)':34s} {min(slow_vs_fast['student']):.3f} vs "
+            f"{max(slow_vs_fast['solution']):.3f}: {'SLOW' if slow else 'PASS'}")
+rows.append(f"{'speed: fast vs fast (ms)':34s} {min(same['student']):.3f} vs {max(same['solution']):.3f}: "
+            f"{'SLOW' if self_slow else 'PASS'}")
+if not (len(slow_vs_fast["student"]) == 3 and slow):
+    failures.append(f"the serial kernel is not SLOW: {slow_vs_fast}")
+if self_slow:
+    failures.append(f"a kernel against itself is SLOW: {same}")
+
+# ------------------------------------------------------------------ 4. unit tests on the GPU
+# test_speed_on_a_gpu needs solutions/*.ipynb (the published block_sum solution); round 1's copy had none
+have_solutions = solution_source("block_sum") is not None
+print(f"cudl from {cudl.__file__}; solutions/ with block_sum: {have_solutions}", flush=True)
 t = time.time()
 res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_bench.py",
-                      "tests/test_profiling.py", "tests/test_graders.py::test_speed_on_a_gpu",
+                      "tests/test_profiling.py",
+                      *(["tests/test_graders.py::test_speed_on_a_gpu"] if have_solutions else []),
                       "tests/test_graders.py::test_speed_noise_never_makes_the_solution_slow"],
                      capture_output=True, text=True, timeout=240, cwd=ROOT)
 tail = (res.stdout + res.stderr).strip().splitlines()
