@@ -10,6 +10,8 @@
 // different groups of 4 banks (no bank conflicts, no padding).
 // sm_80+: mma.sync.m16n8k16; sm_75 (T4): two mma.sync.m16n8k8 per k16 step on the same
 // registers (define HGEMM_SM75 to force that path on any GPU, e.g. in a test).
+// -DHGEMM_BF16: A and B in bf16 (__nv_bfloat16, sm_80+ only), the same tiles and
+// fragments with the bf16 mma (fp32 accumulate): bf16's range, 8 bits of precision.
 // Limit: loads and math still alternate (one stage, two barriers per step, copies through
 // registers), so every step waits for global memory; the gain over WMMA is the 128 x 128
 // tile (twice the reuse) and conflict-free fragment loads.
@@ -18,6 +20,12 @@
 
 #include <cuda_fp16.h>
 #include "11-tensor-cores/tc_ptx.cuh"  // mma.sync, ldmatrix, cp.async, wgmma wrappers
+#ifdef HGEMM_BF16  // A and B in bf16 (sm_80+): the same tiles, fragments and copies
+#include <cuda_bf16.h>
+typedef __nv_bfloat16 in_t;
+#else
+typedef __half in_t;  // A and B in fp16
+#endif
 
 #define BM 128
 #define BN 128
@@ -32,10 +40,10 @@ __device__ __forceinline__ int b_off(int k, int n) {
 }
 
 extern "C" __global__ void __launch_bounds__(256)
-hgemm_2_mma_ldmatrix(int M, int N, int K, const __half* __restrict__ A,
-                     const __half* __restrict__ B, float* __restrict__ C) {
-    __shared__ __align__(128) __half As[BM * BK];
-    __shared__ __align__(128) __half Bs[BK * BN];
+hgemm_2_mma_ldmatrix(int M, int N, int K, const in_t* __restrict__ A,
+                     const in_t* __restrict__ B, float* __restrict__ C) {
+    __shared__ __align__(128) in_t As[BM * BK];
+    __shared__ __align__(128) in_t Bs[BK * BN];
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     const int wm = (warp / 4) * 64, wn = (warp % 4) * 32;  // the warp's 64 x 32 tile
     const int row0 = blockIdx.y * BM, col0 = blockIdx.x * BN;
@@ -69,7 +77,7 @@ hgemm_2_mma_ldmatrix(int M, int N, int K, const __half* __restrict__ A,
                              : "r"(smem_addr(&Bs[b_off(k, n)])));
             }
             for (int i = 0; i < 4; i++)
-                for (int j = 0; j < 4; j++) mma_16x8x16(acc[i][j], a[i], b[j]);
+                for (int j = 0; j < 4; j++) mma_16x8x16_in(acc[i][j], a[i], b[j]);
         }
         __syncthreads();  // before the next step overwrites the tiles
     }

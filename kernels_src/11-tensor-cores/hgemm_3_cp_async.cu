@@ -8,6 +8,7 @@
 // makes its tile visible to the block and frees the slot read in the previous step.
 // sm_75 (T4): m16n8k8 and plain 16-byte copies in the same slot order (the pipeline then
 // hides nothing; define HGEMM_SM75 to force that path on any GPU, e.g. in a test).
+// -DHGEMM_BF16: A and B in bf16 (sm_80+ only), as in hgemm_2.
 // The ring lives in dynamic shared memory (STAGES x (128 + BN) x 32 halves), so -DBN=256
 // (warp tile 64 x 64: twice the reuse of each A fragment) and -DSTAGES=4 fit too.
 // Limit: one barrier per K step, a plain epilogue and mma.sync's register-fed operands:
@@ -18,6 +19,12 @@
 
 #include <cuda_fp16.h>
 #include "11-tensor-cores/tc_ptx.cuh"  // mma.sync, ldmatrix, cp.async, wgmma wrappers
+#ifdef HGEMM_BF16  // A and B in bf16 (sm_80+): the same tiles, fragments and copies
+#include <cuda_bf16.h>
+typedef __nv_bfloat16 in_t;
+#else
+typedef __half in_t;  // A and B in fp16
+#endif
 
 #define BM 128
 #ifndef BN
@@ -54,11 +61,11 @@ __device__ __forceinline__ void commit() { cp_async_commit(); }
 __device__ __forceinline__ void wait_oldest() { cp_async_wait<STAGES - 2>(); }
 
 extern "C" __global__ void __launch_bounds__(256)
-hgemm_3_cp_async(int M, int N, int K, const __half* __restrict__ A,
-                 const __half* __restrict__ B, float* __restrict__ C) {
-    extern __shared__ __align__(128) __half smem[];
-    __half* As = smem;                     // STAGES tiles of BM x BK
-    __half* Bs = smem + STAGES * BM * BK;  // STAGES tiles of BK x BN
+hgemm_3_cp_async(int M, int N, int K, const in_t* __restrict__ A,
+                 const in_t* __restrict__ B, float* __restrict__ C) {
+    extern __shared__ __align__(128) in_t smem[];
+    in_t* As = smem;                     // STAGES tiles of BM x BK
+    in_t* Bs = smem + STAGES * BM * BK;  // STAGES tiles of BK x BN
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     const int wm = (warp / 4) * 64, wn = (warp % 4) * WN;  // the warp's 64 x WN tile
     const int row0 = blockIdx.y * BM, col0 = blockIdx.x * BN;
@@ -86,8 +93,8 @@ hgemm_3_cp_async(int M, int N, int K, const __half* __restrict__ A,
         __syncthreads();  // everyone's have; and slot (step - 1) % STAGES is free again
         if (step + STAGES - 1 < steps) load(step + STAGES - 1);
         commit();
-        const __half* as = As + (step % STAGES) * BM * BK;
-        const __half* bs = Bs + (step % STAGES) * BK * BN;
+        const in_t* as = As + (step % STAGES) * BM * BK;
+        const in_t* bs = Bs + (step % STAGES) * BK * BN;
         for (int kk = 0; kk < BK; kk += 16) {
             unsigned a[4][4], b[WN / 8][2];
             for (int i = 0; i < 4; i++) {  // lanes 0-15: rows at k, lanes 16-31: at k + 8
@@ -107,7 +114,7 @@ hgemm_3_cp_async(int M, int N, int K, const __half* __restrict__ A,
                              : "r"(smem_addr(&bs[b_off(k, n)])));
             }
             for (int i = 0; i < 4; i++)
-                for (int j = 0; j < WN / 8; j++) mma_16x8x16(acc[i][j], a[i], b[j]);
+                for (int j = 0; j < WN / 8; j++) mma_16x8x16_in(acc[i][j], a[i], b[j]);
         }
     }
 #ifdef HGEMM_SM80

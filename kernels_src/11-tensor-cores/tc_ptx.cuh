@@ -5,7 +5,8 @@
 // Guards, as in the kernels: TC_SM80 selects mma.sync m16n8k16 / m16n8k32 and cp.async on
 // sm_80+ unless a kernel's switch (HGEMM_SM75, FLASH_SM75, IGEMM_SM75, or TC_SM75) forces
 // the sm_75 (T4) path on any GPU, e.g. in an emulator test; TC_SM90A (sm_90a only) holds
-// wgmma, mbarrier and TMA, which exist on no other target.
+// wgmma, mbarrier and TMA, which exist on no other target. HGEMM_BF16 (hgemm_2, hgemm_3)
+// selects the bf16 mma, which needs the sm_80 path.
 // PTX ISA: "Warp Level Matrix Multiply-Accumulate Instructions" (mma, ldmatrix),
 // "cp.async", "Asynchronous Warpgroup Level Matrix Multiply-Accumulate" (wgmma),
 // "mbarrier", "cp.async.bulk.tensor".
@@ -16,6 +17,9 @@
 #if __CUDA_ARCH__ >= 800 && !defined(TC_SM75) && !defined(HGEMM_SM75) && \
     !defined(FLASH_SM75) && !defined(IGEMM_SM75)
 #define TC_SM80 1
+#endif
+#if defined(HGEMM_BF16) && !defined(TC_SM80)
+#error "HGEMM_BF16: bf16 mma.sync needs sm_80 or newer (and not HGEMM_SM75)"
 #endif
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define TC_SM90A 1
@@ -92,6 +96,27 @@ __device__ __forceinline__ void mma_16x8x32(int* d, const unsigned* a,
     asm volatile("mma.sync.aligned.m8n8k16.row.col.s32.s8.s8.s32 "
                  "{%0,%1}, {%2}, {%3}, {%0,%1};\n"
                  : "+r"(d[2]), "+r"(d[3]) : "r"(a[3]), "r"(b[1]));
+#endif
+}
+// d += a b for one 16 x 8 tile, k = 16, bf16 in, fp32 accumulate: mma_16x8x16's fragment
+// layout (two values per register, low half first). sm_80+ only: sm_75 has no bf16 mma.
+#if __CUDA_ARCH__ >= 800
+__device__ __forceinline__ void mma_16x8x16_bf16(float* d, const unsigned* a,
+                                                 const unsigned* b) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+#endif
+// The mma of hgemm_2 and hgemm_3: fp16 inputs, or bf16 under their switch HGEMM_BF16
+// (ldmatrix and the copies move 16-bit values whatever they hold).
+__device__ __forceinline__ void mma_16x8x16_in(float* d, const unsigned* a,
+                                               const unsigned* b) {
+#ifdef HGEMM_BF16
+    mma_16x8x16_bf16(d, a, b);
+#else
+    mma_16x8x16(d, a, b);
 #endif
 }
 // Four 8 x 8 matrices of 16-bit values from shared memory into the mma fragment layout:

@@ -12,45 +12,9 @@
 // memory. K % 8 == 0 takes the 16-byte path (row starts 16-byte aligned); other K fall
 // back to one half per lane per step.
 
-#include <cuda_fp16.h>
-
-#ifndef ROWS
-#define ROWS 1  // rows per warp
-#endif
-#ifndef UNROLL
-#define UNROLL 2  // 16-byte chunks per lane and row in flight at once (H100 sweep)
-#endif
-#ifndef KSPLIT
-#define KSPLIT 8  // warps that share a row group, each over every KSPLIT-th 32 chunks
-#endif
-#define STRIDE (32 * KSPLIT)  // chunks between one lane's consecutive loads
-
-__device__ __forceinline__ float warp_sum(float v) {
-    for (int d = 16; d > 0; d /= 2) v += __shfl_xor_sync(0xffffffffu, v, d);
-    return v;
-}
-
-// y[row0 + r] = the sum of acc[r] over the KSPLIT warps (x 32 lanes) of a row group
-__device__ __forceinline__ void store_rows(const float* acc, int row0, int N,
-                                           __half* __restrict__ y) {
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    float v[ROWS];
-    for (int r = 0; r < ROWS; r++) v[r] = warp_sum(acc[r]);
-#if KSPLIT > 1
-    __shared__ float part[32][ROWS];  // one sum per warp (at most 32) and row
-    if (lane == 0)
-        for (int r = 0; r < ROWS; r++) part[warp][r] = v[r];
-    __syncthreads();
-    if (warp % KSPLIT != 0) return;
-    for (int r = 0; r < ROWS; r++) {
-        v[r] = 0.0f;
-        for (int p = 0; p < KSPLIT; p++) v[r] += part[warp + p][r];
-    }
-#endif
-    if (lane == 0)
-        for (int r = 0; r < ROWS; r++)
-            if (row0 + r < N) y[row0 + r] = __float2half_rn(v[r]);
-}
+#define GEMV_UNROLL 2  // this kernel's default UNROLL and KSPLIT (gemv_common.cuh)
+#define GEMV_KSPLIT 8
+#include "13-quantization/gemv_common.cuh"
 
 // acc += the dot product of 8 halves of w and 8 floats of x
 __device__ __forceinline__ float dot8(uint4 w, const float* xf, float acc) {

@@ -14,45 +14,9 @@
 // and group % 16 == 0 take the 16-byte path; anything else falls back to one weight per
 // lane per step.
 
-#include <cuda_fp16.h>
-
-#ifndef ROWS
-#define ROWS 1  // rows per warp (H100 sweep of gpu_check.py --sweep)
-#endif
-#ifndef UNROLL
-#define UNROLL 1  // 16-byte chunks per lane and row in flight at once
-#endif
-#ifndef KSPLIT
-#define KSPLIT 4  // warps that share a row group, each over every KSPLIT-th 32 chunks
-#endif
-#define STRIDE (32 * KSPLIT)  // chunks between one lane's consecutive loads
-
-__device__ __forceinline__ float warp_sum(float v) {
-    for (int d = 16; d > 0; d /= 2) v += __shfl_xor_sync(0xffffffffu, v, d);
-    return v;
-}
-
-// y[row0 + r] = the sum of acc[r] over the KSPLIT warps (x 32 lanes) of a row group
-__device__ __forceinline__ void store_rows(const float* acc, int row0, int N,
-                                           __half* __restrict__ y) {
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    float v[ROWS];
-    for (int r = 0; r < ROWS; r++) v[r] = warp_sum(acc[r]);
-#if KSPLIT > 1
-    __shared__ float part[32][ROWS];  // one sum per warp (at most 32) and row
-    if (lane == 0)
-        for (int r = 0; r < ROWS; r++) part[warp][r] = v[r];
-    __syncthreads();
-    if (warp % KSPLIT != 0) return;
-    for (int r = 0; r < ROWS; r++) {
-        v[r] = 0.0f;
-        for (int p = 0; p < KSPLIT; p++) v[r] += part[warp + p][r];
-    }
-#endif
-    if (lane == 0)
-        for (int r = 0; r < ROWS; r++)
-            if (row0 + r < N) y[row0 + r] = __float2half_rn(v[r]);
-}
+#define GEMV_UNROLL 1  // this kernel's default UNROLL and KSPLIT (gemv_common.cuh)
+#define GEMV_KSPLIT 4
+#include "13-quantization/gemv_common.cuh"
 
 // the 16 halves of x at chunk c as floats
 __device__ __forceinline__ void load_x16(const __half* __restrict__ x, int c, float* xf) {
@@ -83,7 +47,8 @@ __device__ __forceinline__ float dot16_s8(uint4 w, const float* xf) {
 }
 
 // U chunks (16 weights each) of each of the warp's rows from chunk c on, at stride
-// STRIDE chunks, all loads issued before the first product; one scale per row and chunk.
+// STRIDE chunks, all loaded (load_chunks) before the first product; one scale per row
+// and chunk.
 template <int U>
 __device__ __forceinline__ void steps(const signed char* __restrict__ Q,
                                       const float* __restrict__ scale,
@@ -92,14 +57,7 @@ __device__ __forceinline__ void steps(const signed char* __restrict__ Q,
     const int groups = (K + group - 1) / group;
     uint4 wv[U][ROWS];
     float s[U][ROWS];
-    for (int u = 0; u < U; u++)
-        for (int r = 0; r < ROWS; r++)  // rows past N read row 0 and are never stored
-            if (c + STRIDE * u < K / 16) {
-                const size_t n = row0 + r < N ? row0 + r : 0;
-                wv[u][r] =
-                    __ldg(reinterpret_cast<const uint4*>(Q + n * K) + c + STRIDE * u);
-                s[u][r] = __ldg(scale + n * groups + 16 * (c + STRIDE * u) / group);
-            }
+    load_chunks<U, 16>(Q, scale, N, K, group, groups, row0, c, wv, s);
     for (int u = 0; u < U; u++) {
         if (c + STRIDE * u >= K / 16) break;  // past the end of the row (last step)
         float xf[16];

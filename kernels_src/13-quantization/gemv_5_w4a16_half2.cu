@@ -13,45 +13,9 @@
 // Launch: block 32 * WARPS, grid ceil(N KSPLIT / (ROWS * WARPS)), shared_mem 2 K bytes.
 // Requires K % 32 == 0 and group % 32 == 0 (use gemv_3 for other shapes).
 
-#include <cuda_fp16.h>
-
-#ifndef ROWS
-#define ROWS 1  // rows per warp
-#endif
-#ifndef UNROLL
-#define UNROLL 2  // 16-byte chunks per lane and row in flight at once (H100 sweep)
-#endif
-#ifndef KSPLIT
-#define KSPLIT 1  // warps that share a row group, each over every KSPLIT-th 32 chunks
-#endif
-#define STRIDE (32 * KSPLIT)  // chunks between one lane's consecutive loads
-
-__device__ __forceinline__ float warp_sum(float v) {
-    for (int d = 16; d > 0; d /= 2) v += __shfl_xor_sync(0xffffffffu, v, d);
-    return v;
-}
-
-// y[row0 + r] = the sum of acc[r] over the KSPLIT warps (x 32 lanes) of a row group
-__device__ __forceinline__ void store_rows(const float* acc, int row0, int N,
-                                           __half* __restrict__ y) {
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    float v[ROWS];
-    for (int r = 0; r < ROWS; r++) v[r] = warp_sum(acc[r]);
-#if KSPLIT > 1
-    __shared__ float part[32][ROWS];  // one sum per warp (at most 32) and row
-    if (lane == 0)
-        for (int r = 0; r < ROWS; r++) part[warp][r] = v[r];
-    __syncthreads();
-    if (warp % KSPLIT != 0) return;
-    for (int r = 0; r < ROWS; r++) {
-        v[r] = 0.0f;
-        for (int p = 0; p < KSPLIT; p++) v[r] += part[warp + p][r];
-    }
-#endif
-    if (lane == 0)
-        for (int r = 0; r < ROWS; r++)
-            if (row0 + r < N) y[row0 + r] = __float2half_rn(v[r]);
-}
+#define GEMV_UNROLL 2  // this kernel's default UNROLL and KSPLIT (gemv_common.cuh)
+#define GEMV_KSPLIT 1
+#include "13-quantization/gemv_common.cuh"
 
 __device__ __forceinline__ __half2 as_half2(unsigned u) {
     return *reinterpret_cast<const __half2*>(&u);
@@ -80,31 +44,6 @@ __device__ __forceinline__ float dot32_s4(uint4 w, const uint4* xs, int chunks, 
            + dot8_s4(w.z, xs[2 * chunks + c]) + dot8_s4(w.w, xs[3 * chunks + c]);
 }
 
-// U chunks (32 weights each) of each of the warp's rows from chunk c on, at stride
-// STRIDE chunks, all loads issued before the first product; one scale per row and chunk.
-template <int U>
-__device__ __forceinline__ void steps(const unsigned char* __restrict__ P,
-                                      const float* __restrict__ scale, const uint4* xs,
-                                      int N, int K, int group, int row0, int c,
-                                      float* acc) {
-    const int groups = K / group, chunks = K / 32;
-    uint4 wv[U][ROWS];
-    float s[U][ROWS];
-    for (int u = 0; u < U; u++)
-        for (int r = 0; r < ROWS; r++)  // rows past N read row 0 and are never stored
-            if (c + STRIDE * u < chunks) {
-                const size_t n = row0 + r < N ? row0 + r : 0;
-                wv[u][r] = __ldg(reinterpret_cast<const uint4*>(P + n * (K / 2)) + c
-                                 + STRIDE * u);
-                s[u][r] = __ldg(scale + n * groups + 32 * (c + STRIDE * u) / group);
-            }
-    for (int u = 0; u < U; u++)
-        if (c + STRIDE * u < chunks)  // not past the end of the row (last step)
-            for (int r = 0; r < ROWS; r++)
-                acc[r] = fmaf(s[u][r], dot32_s4(wv[u][r], xs, chunks, c + STRIDE * u),
-                              acc[r]);
-}
-
 extern "C" __global__ void gemv_5_w4a16_half2(int N, int K, int group,
                                               const unsigned char* __restrict__ P,
                                               const float* __restrict__ scale,
@@ -122,12 +61,8 @@ extern "C" __global__ void gemv_5_w4a16_half2(int N, int K, int group,
         xs[(e % 4) * chunks + e / 4] = v;
     }
     __syncthreads();
-    // lane of the row group: KSPLIT warps act as one wide warp of 32 KSPLIT lanes
-    const int lane = threadIdx.x % (32 * KSPLIT);
-    const int row0 = (blockIdx.x * (blockDim.x / STRIDE) + threadIdx.x / STRIDE) * ROWS;
-    float acc[ROWS] = {};
-    if (row0 < N)  // a warp without rows only joins the shared sums of store_rows
-        for (int c = lane; c < chunks; c += STRIDE * UNROLL)
-            steps<UNROLL>(P, scale, xs, N, K, group, row0, c, acc);
-    store_rows(acc, row0, N, y);
+    // dot(w, c): chunk c's 32 weights w times the prepared x
+    rows_prepared_x(P, scale, N, K, group, y, [=](uint4 w, int c) {
+        return dot32_s4(w, xs, chunks, c);
+    });
 }

@@ -3,7 +3,8 @@
 Fresh random fp16 inputs, NaN-poisoned outputs (with a NaN guard after C), sizes that are multiples of
 each kernel's tile (the kernels document that requirement and do not check it). Runs on the CPU emulator
 by default (tests/conftest.py) and on a GPU under `make gpu-test`. The sm_75 paths (m16n8k8, copies
-without cp.async) are forced with -DHGEMM_SM75, so the emulator (sm_80) runs them too.
+without cp.async) are forced with -DHGEMM_SM75, so the emulator (sm_80) runs them too. -DHGEMM_BF16 builds
+kernels 2 and 3 for bf16 inputs (uint16 bits on the host: NumPy has no bfloat16).
 """
 
 from __future__ import annotations
@@ -12,10 +13,17 @@ import numpy as np
 import pytest
 
 import cudl
+from cudl.check import bf16_to_float, float_to_bf16
+from cudl.compile import KERNELS_DIR, nvrtc_compile, resolve
 
 GUARD = 64  # NaN elements after C
 # relative error by norm: fp32 accumulation of exact fp16 products stays near 1e-6; 1e-3 is the fp16 range
 TOL = 1e-3
+# bf16 inputs: the reference multiplies the same bf16-rounded values, and bf16 products (8-bit significands)
+# are exact in fp32, so only the fp32 accumulation differs (~1e-6). 1e-4 leaves room for the hardware's
+# summation order and stays well below bf16's unit roundoff (2^-8 ~ 4e-3): a result rounded to bf16 anywhere
+# on the way fails.
+TOL_BF16 = 1e-4
 
 # kernel: (threads per block, (rows, cols) of C per block, K step), as in each file's header
 LAUNCH = {
@@ -39,24 +47,34 @@ def shared_bytes(name: str, options=()) -> int:
     return int(d.get("STAGES", 3)) * (128 + int(d.get("BN", 128))) * int(d.get("BK", 32)) * 2
 
 
+def operand(shape: tuple[int, int], bf16: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Fresh standard-normal fp16 values, or bf16 as uint16 bits; and their exact float64 values."""
+    x = np.random.default_rng().standard_normal(shape)
+    if bf16:
+        bits = float_to_bf16(x.astype(np.float32))
+        return bits, bf16_to_float(bits).astype(np.float64)
+    h = x.astype(np.float16)
+    return h, h.astype(np.float64)
+
+
 def relative_error(name: str, M: int, N: int, K: int, options=(), k_arg: int | None = None,
-                   source: str | None = None, bn: int | None = None, launch=None) -> float:
-    """Launch `name` (from its file, or `source`) on fresh M x K and K x N inputs (passing `k_arg` as K if
-    given); the relative error of C by norm (NaN if C holds NaN)."""
+                   source: str | None = None, bn: int | None = None, launch=None,
+                   bf16: bool = False) -> float:
+    """Launch `name` (from its file, or `source`) on fresh M x K and K x N inputs (fp16, or bf16 with
+    `bf16`; passing `k_arg` as K if given); the relative error of C by norm (NaN if C holds NaN)."""
     threads, (bm, bn0), bk = launch or LAUNCH[name]
     bn = bn or bn0
     assert M % bm == 0 and N % bn == 0 and K % bk == 0
     kernel = cudl.load(source or f"11-tensor-cores/{name}.cu", name, options=options)
-    rng = np.random.default_rng()
-    a = rng.standard_normal((M, K)).astype(np.float16)
-    b = rng.standard_normal((K, N)).astype(np.float16)
+    a, a64 = operand((M, K), bf16)
+    b, b64 = operand((K, N), bf16)
     c_buf = cudl.poisoned(M * N + GUARD)
     kernel((N // bn, M // bm), threads, (M, N, k_arg or K, cudl.xp.asarray(a), cudl.xp.asarray(b), c_buf),
            shared_mem=shared_bytes(name, options))
     cudl.sync()
     out = cudl.to_numpy(c_buf)
     got = out[: M * N].reshape(M, N).astype(np.float64)
-    ref = a.astype(np.float64) @ b.astype(np.float64)
+    ref = a64 @ b64
     assert np.isnan(out[M * N:]).all(), f"{name} wrote past the end of C"
     return float(np.linalg.norm(got - ref) / np.linalg.norm(ref))
 
@@ -110,6 +128,41 @@ def test_hgemm_3_wide_tile_deeper_ring(bn, stages):
 @pytest.mark.parametrize("name", ["hgemm_2_mma_ldmatrix", "hgemm_3_cp_async"])
 def test_hgemm_sm75_path(name):
     run_and_check(name, *SHAPES[name][1], options=("-DHGEMM_SM75",))
+
+
+BF16 = ("-DHGEMM_BF16",)
+
+
+@pytest.mark.parametrize("name,shape", [(k, s) for k, s in CASES if k != "hgemm_1_wmma"],
+                         ids=lambda v: v if isinstance(v, str) else "x".join(map(str, v)))
+def test_hgemm_bf16(name, shape):
+    err = relative_error(name, *shape, options=BF16, bf16=True)
+    assert err < TOL_BF16, f"{name} bf16 {shape}: relative error {err:.2e}"
+
+
+def test_hgemm_3_bf16_wide_tile():
+    opts = (*BF16, "-DBN=256", "-DSTAGES=2")
+    err = relative_error("hgemm_3_cp_async", 128, 512, 160, opts, bn=256, bf16=True)
+    assert err < TOL_BF16, f"relative error {err:.2e}"
+
+
+def test_hgemm_bf16_check_can_fail():
+    """bf16 bits multiplied by the fp16 mma (the switch forgotten at the mma) are far outside the tolerance."""
+    src = (KERNELS_DIR / "11-tensor-cores/hgemm_2_mma_ldmatrix.cu").read_text()
+    wrong = src.replace("mma_16x8x16_in(acc", "mma_16x8x16(acc")
+    assert wrong != src
+    err = relative_error("hgemm_2_mma_ldmatrix", 128, 128, 64, BF16, source=wrong, bf16=True)
+    assert not err < 10 * TOL_BF16
+
+
+@pytest.mark.parametrize("arch,options", [("sm_75", BF16), ("sm_90", (*BF16, "-DHGEMM_SM75"))])
+def test_hgemm_bf16_needs_the_sm80_path(arch, options):
+    """NVRTC refuses the bf16 switch where the sm_75 path (which has no bf16 mma) would be compiled."""
+    pytest.importorskip("cuda.bindings")
+    for name in ("hgemm_2_mma_ldmatrix", "hgemm_3_cp_async"):
+        src, shown = resolve(f"11-tensor-cores/{name}.cu")
+        with pytest.raises(cudl.CompileError, match="HGEMM_BF16"):
+            nvrtc_compile(src, shown, arch, options)
 
 
 def test_wrong_result_is_caught():

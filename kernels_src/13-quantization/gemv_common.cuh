@@ -1,0 +1,109 @@
+// gemv_common.cuh: what the five GEMV kernels of chapter 13 (gemv_1 ... gemv_5) share,
+// written once: their tuning options, the end of a row group (warp shuffle and KSPLIT
+// sums), the loads of packed weights and scales, and the row loop of gemv_4 and gemv_5
+// (x prepared in shared memory). A kernel defines GEMV_UNROLL and
+// GEMV_KSPLIT (its defaults, from the H100 sweep of gpu_check.py --sweep), then includes
+// "13-quantization/gemv_common.cuh"; -DROWS=, -DUNROLL=, -DKSPLIT= override them.
+
+#pragma once
+#include <cuda_fp16.h>
+
+// Options (-DROWS=...): the same names in every kernel. UNROLL and KSPLIT default to the
+// kernel's own GEMV_UNROLL and GEMV_KSPLIT, its best in the H100 sweep.
+#ifndef ROWS
+#define ROWS 1  // rows per warp
+#endif
+#ifndef UNROLL
+#define UNROLL GEMV_UNROLL  // 16-byte chunks per lane and row in flight at once
+#endif
+#ifndef KSPLIT
+#define KSPLIT GEMV_KSPLIT  // warps per row group, each on every KSPLIT-th 32 chunks
+#endif
+#define STRIDE (32 * KSPLIT)  // chunks between one lane's consecutive loads
+
+// The butterfly sum of a warp: every lane ends with the total (no broadcast needed).
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int d = 16; d > 0; d /= 2) v += __shfl_xor_sync(0xffffffffu, v, d);
+    return v;
+}
+
+// y[row0 + r] = the sum of acc[r] over the KSPLIT warps (x 32 lanes) of a row group: a
+// shuffle per warp, then a shared-memory slot per warp, summed by the group's first warp.
+__device__ __forceinline__ void store_rows(const float* acc, int row0, int N,
+                                           __half* __restrict__ y) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    float v[ROWS];
+    for (int r = 0; r < ROWS; r++) v[r] = warp_sum(acc[r]);
+#if KSPLIT > 1
+    __shared__ float part[32][ROWS];  // one sum per warp (at most 32) and row
+    if (lane == 0)
+        for (int r = 0; r < ROWS; r++) part[warp][r] = v[r];
+    __syncthreads();
+    if (warp % KSPLIT != 0) return;
+    for (int r = 0; r < ROWS; r++) {
+        v[r] = 0.0f;
+        for (int p = 0; p < KSPLIT; p++) v[r] += part[warp + p][r];
+    }
+#endif
+    if (lane == 0)
+        for (int r = 0; r < ROWS; r++)
+            if (row0 + r < N) y[row0 + r] = __float2half_rn(v[r]);
+}
+
+// The packed weights (16 bytes = PER_CHUNK weights per chunk) and the scale of U chunks
+// of each of the warp's rows from chunk c on, at stride STRIDE chunks: all U x ROWS loads
+// are issued before the first product, so a warp waits for memory once per U chunks.
+// Chunks past the end of the row (the last step) are not loaded; rows past N read row 0
+// and are never stored. Used by the quantized kernels gemv_2 ... gemv_5.
+template <int U, int PER_CHUNK>
+__device__ __forceinline__ void load_chunks(const void* __restrict__ Q,
+                                            const float* __restrict__ scale, int N, int K,
+                                            int group, int groups, int row0, int c,
+                                            uint4 (&wv)[U][ROWS], float (&s)[U][ROWS]) {
+    const unsigned char* bytes = static_cast<const unsigned char*>(Q);
+    for (int u = 0; u < U; u++)
+        for (int r = 0; r < ROWS; r++)
+            if (c + STRIDE * u < K / PER_CHUNK) {
+                const size_t n = row0 + r < N ? row0 + r : 0;
+                wv[u][r] = __ldg(reinterpret_cast<const uint4*>(
+                                     bytes + n * (K / (PER_CHUNK / 16)))
+                                 + c + STRIDE * u);
+                s[u][r] =
+                    __ldg(scale + n * groups + PER_CHUNK * (c + STRIDE * u) / group);
+            }
+}
+
+// The steps of gemv_4 and gemv_5, whose x is prepared in shared memory: U chunks (32 int4
+// weights each) of each of the warp's rows from chunk c on, all loaded (load_chunks)
+// before the first product; dot(w, c) is the kernel's dot product of chunk c's weights w
+// with its prepared x.
+template <int U, class Dot>
+__device__ __forceinline__ void steps_prepared_x(const unsigned char* __restrict__ P,
+                                                 const float* __restrict__ scale, int N,
+                                                 int K, int group, int row0, int c,
+                                                 float* acc, Dot dot) {
+    const int groups = K / group, chunks = K / 32;
+    uint4 wv[U][ROWS];
+    float s[U][ROWS];
+    load_chunks<U, 32>(P, scale, N, K, group, groups, row0, c, wv, s);
+    for (int u = 0; u < U; u++)
+        if (c + STRIDE * u < chunks)  // not past the end of the row (last step)
+            for (int r = 0; r < ROWS; r++)
+                acc[r] = fmaf(s[u][r], dot(wv[u][r], c + STRIDE * u), acc[r]);
+}
+
+// gemv_4's and gemv_5's work after x is prepared: every warp's rows, summed into y.
+template <class Dot>
+__device__ __forceinline__ void rows_prepared_x(const unsigned char* __restrict__ P,
+                                                const float* __restrict__ scale, int N,
+                                                int K, int group, __half* __restrict__ y,
+                                                Dot dot) {
+    // lane of the row group: KSPLIT warps act as one wide warp of 32 KSPLIT lanes
+    const int lane = threadIdx.x % (32 * KSPLIT);
+    const int row0 = (blockIdx.x * (blockDim.x / STRIDE) + threadIdx.x / STRIDE) * ROWS;
+    float acc[ROWS] = {};
+    if (row0 < N)  // a warp without rows only joins the shared sums of store_rows
+        for (int c = lane; c < K / 32; c += STRIDE * UNROLL)
+            steps_prepared_x<UNROLL>(P, scale, N, K, group, row0, c, acc, dot);
+    store_rows(acc, row0, N, y);
+}
