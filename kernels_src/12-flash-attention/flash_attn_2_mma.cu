@@ -28,58 +28,10 @@
 // 48 KiB, the launcher opts in).
 // Q, K, V 16-byte aligned.
 
-#include <cuda_fp16.h>
-#include "11-tensor-cores/tc_ptx.cuh"  // mma.sync, ldmatrix, cp.async, wgmma wrappers
+#define BR (16 * WARPS)  // query rows per block: 16 per warp
+#include "12-flash-attention/fa_common.cuh"  // options, off, load_tile, frag_offsets, exp2
 
-#ifndef HEAD_DIM
-#define HEAD_DIM 128
-#endif
-#ifndef WARPS
-#define WARPS 4
-#endif
-#ifndef BC
-#define BC 64
-#endif
-#ifndef STAGES  // K/V tiles in shared memory: 2 (double buffer) or 3
-#define STAGES 2
-#endif
-#ifndef MIN_BLOCKS  // blocks per SM that the registers must allow (__launch_bounds__)
-#define MIN_BLOCKS 1
-#endif
-#define D HEAD_DIM
-#define BR (16 * WARPS)
-#define THREADS (32 * WARPS)
-#define LOG2E 1.4426950408889634f
-#define LN2 0.6931471805599453f
-#define NEG_INF (-__int_as_float(0x7f800000))
-
-#if __CUDA_ARCH__ >= 800 && !defined(FLASH_SM75)
-#define FLASH_SM80 1
-#endif
-
-static_assert(D % 64 == 0 && BC % 16 == 0 && BR <= 2 * BC, "tile shape");
-static_assert(STAGES == 2 || STAGES == 3, "STAGES");
-
-// Offset (in halves) of element (r, c) of a tile with D columns: 16-byte chunks swizzled.
-__device__ __forceinline__ int off(int r, int c) {
-    return r * D + ((((c >> 3) ^ r) & 7) | ((c >> 3) & ~7)) * 8 + (c & 7);
-}
-
-// Copy rows row0 .. row0 + rows - 1 of an [S, D] matrix into a swizzled tile; rows past S
-// become zeros (cp.async with source size 0 reads nothing and fills the 16 bytes with 0).
-__device__ __forceinline__ void load_tile(__half* tile, const __half* __restrict__ src,
-                                          int row0, int rows, int S) {
-    for (int c = threadIdx.x; c < rows * (D / 8); c += THREADS) {
-        const int r = c / (D / 8), col = (c % (D / 8)) * 8;
-        const bool valid = row0 + r < S;
-        const __half* g = src + (size_t)(valid ? row0 + r : 0) * D + col;
-        copy16_zfill(&tile[off(r, col)], g, valid);
-    }
-}
-__device__ __forceinline__ void commit() { cp_async_commit(); }
-__device__ __forceinline__ void wait_all_but_newest() {  // the older group has landed
-    cp_async_wait<1>();
-}
+static_assert(BR <= 2 * BC, "tile shape");
 
 extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
 flash_attn_2_mma(int S, float scale, int causal, const __half* __restrict__ Q,
@@ -96,30 +48,34 @@ flash_attn_2_mma(int S, float scale, int causal, const __half* __restrict__ Q,
     // keys of the last tile to visit: all of them, or (causal) up to the block's last row
     const int last = causal ? min(q0 + BR, S) - 1 : S - 1;
     const int tiles_n = last / BC + 1;
+    // the lane's ldmatrix offsets: A fragments (Q) and V through .trans share ao, K has ko
+    int ao[4], ko[4];
+    frag_offsets(ao, lane % 16, lane / 16);
+    frag_offsets(ko, (lane / 16) * 8 + lane % 8, (lane / 8) % 2);
 
     // Q goes through the last slot (free until a tile is fetched into it), tile 0 into
     // slot 0; with 3 stages tile 1 is fetched into slot 1 at once
     __half* const q_slot = tiles + (STAGES - 1) * 2 * BC * D;
-    load_tile(q_slot, Q + head, q0, BR, S);
+    load_tile<BR>(q_slot, Q + head, q0, S);
 #if STAGES == 2
-    commit();
+    cp_async_commit();
 #endif
-    load_tile(tiles, Kh, 0, BC, S);
-    load_tile(tiles + BC * D, Vh, 0, BC, S);
-    commit();
+    load_tile<BC>(tiles, Kh, 0, S);
+    load_tile<BC>(tiles + BC * D, Vh, 0, S);
+    cp_async_commit();
 #if STAGES == 3
     if (tiles_n > 1) {
-        load_tile(tiles + 2 * BC * D, Kh, BC, BC, S);
-        load_tile(tiles + 3 * BC * D, Vh, BC, BC, S);
+        load_tile<BC>(tiles + 2 * BC * D, Kh, BC, S);
+        load_tile<BC>(tiles + 3 * BC * D, Vh, BC, S);
     }
-    commit();
+    cp_async_commit();
 #endif
-    wait_all_but_newest();  // Q (and tile 0 with 3 stages) has landed
+    cp_async_wait<1>();  // all but the newest group: Q (and tile 0 with 3 stages)
     __syncthreads();
     unsigned qf[D / 16][4];  // the warp's 16 x D rows of Q as A fragments
+#pragma unroll
     for (int kk = 0; kk < D / 16; kk++)
-        ldmatrix_x4(qf[kk],
-                    q_slot + off(16 * warp + lane % 16, 16 * kk + (lane / 16) * 8));
+        ldmatrix_x4(qf[kk], q_slot + 16 * warp * D + ao[kk % 4] + (kk / 4) * 64);
 #if STAGES == 2
     __syncthreads();  // slot 1 is overwritten next
 #endif  // (3 stages: the barrier at the top of step 0 comes before slot 2 is refilled)
@@ -131,22 +87,22 @@ flash_attn_2_mma(int S, float scale, int causal, const __half* __restrict__ Q,
 #if STAGES == 2
         if (j + 1 < tiles_n) {
             __half* next = tiles + ((j + 1) % 2) * 2 * BC * D;
-            load_tile(next, Kh, (j + 1) * BC, BC, S);
-            load_tile(next + BC * D, Vh, (j + 1) * BC, BC, S);
+            load_tile<BC>(next, Kh, (j + 1) * BC, S);
+            load_tile<BC>(next + BC * D, Vh, (j + 1) * BC, S);
         }
-        commit();  // possibly empty: one group per tile keeps wait_group 1 right
-        wait_all_but_newest();
+        cp_async_commit();  // possibly empty: one group per tile keeps wait_group 1 right
+        cp_async_wait<1>();  // tile j has landed (only tile j + 1 may be in flight)
         __syncthreads();
 #else  // tile j has landed once only tile j + 1 may be in flight; after the barrier no
        // warp still reads tile j - 1, so its slot takes tile j + 2
-        wait_all_but_newest();
+        cp_async_wait<1>();
         __syncthreads();
         if (j + 2 < tiles_n) {
             __half* next = tiles + ((j + 2) % 3) * 2 * BC * D;
-            load_tile(next, Kh, (j + 2) * BC, BC, S);
-            load_tile(next + BC * D, Vh, (j + 2) * BC, BC, S);
+            load_tile<BC>(next, Kh, (j + 2) * BC, S);
+            load_tile<BC>(next + BC * D, Vh, (j + 2) * BC, S);
         }
-        commit();  // possibly empty: one group per tile keeps wait_group 1 right
+        cp_async_commit();  // possibly empty: one group per tile keeps wait_group 1 right
 #endif
         const __half* Ks = tiles + (j % STAGES) * 2 * BC * D;
         const __half* Vs = Ks + BC * D;
@@ -154,57 +110,67 @@ flash_attn_2_mma(int S, float scale, int causal, const __half* __restrict__ Q,
         // (causal) every key of the tile above all rows of this warp: nothing to add
         if (!causal || n0 <= wq + 15) {
             float s[BC / 8][4] = {};  // S = Q K^T for 16 rows x BC keys
+#pragma unroll
             for (int kk = 0; kk < D / 16; kk++)
+#pragma unroll
                 for (int nt = 0; nt < BC / 8; nt += 2) {  // b of key tiles nt and nt + 1
                     unsigned b[4];
-                    ldmatrix_x4(b, Ks + off(8 * nt + (lane / 16) * 8 + lane % 8,
-                                            16 * kk + ((lane / 8) % 2) * 8));
+                    ldmatrix_x4(b, Ks + 8 * nt * D + ko[kk % 4] + (kk / 4) * 64);
                     mma_16x8x16(s[nt], qf[kk], b);
                     mma_16x8x16(s[nt + 1], qf[kk], b + 2);
                 }
-            // mask keys past S and (causal) keys after the row; row maxima of the scores
-            const bool edge = n0 + BC > S || (causal && n0 + BC - 1 > wq);
-            float mx[2] = {NEG_INF, NEG_INF};
-            for (int nt = 0; nt < BC / 8; nt++)
-                for (int e = 0; e < 4; e++) {
-                    if (edge) {
+            // mask keys past S and (causal) keys after the row: in the last tile and the
+            // tiles that cross the diagonal only
+            if (n0 + BC > S || (causal && n0 + BC - 1 > wq)) {
+#pragma unroll
+                for (int nt = 0; nt < BC / 8; nt++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
                         const int key = n0 + 8 * nt + 2 * t + (e & 1);
                         const int row = wq + g + 8 * (e / 2);
                         if (key >= S || (causal && key > row)) s[nt][e] = NEG_INF;
                     }
-                    mx[e / 2] = fmaxf(mx[e / 2], s[nt][e]);
-                }
+            }
+            float mx[2] = {NEG_INF, NEG_INF};  // row maxima of the scores
+#pragma unroll
+            for (int nt = 0; nt < BC / 8; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) mx[e / 2] = fmaxf(mx[e / 2], s[nt][e]);
+#pragma unroll
             for (int h = 0; h < 2; h++) {
                 // the 4 threads of a quad hold one row: reduce the maximum across them
                 mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
                 mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
                 const float m_new = fmaxf(m[h], mx[h] * scale2);  // in log2 units
                 const float base = m_new == NEG_INF ? 0.f : m_new;  // a row masked so far
-                const float alpha = exp2f(m[h] - base);  // rescales the sums so far
+                const float alpha = exp2_ftz(m[h] - base);  // rescales the sums so far
                 m[h] = m_new;
                 l[h] *= alpha;
+#pragma unroll
                 for (int dt = 0; dt < D / 8; dt++) {
                     o[dt][2 * h] *= alpha;
                     o[dt][2 * h + 1] *= alpha;
                 }
+#pragma unroll
                 for (int nt = 0; nt < BC / 8; nt++) {
-                    const float p0 = exp2f(fmaf(s[nt][2 * h], scale2, -base));
-                    const float p1 = exp2f(fmaf(s[nt][2 * h + 1], scale2, -base));
+                    const float p0 = exp2_ftz(fmaf(s[nt][2 * h], scale2, -base));
+                    const float p1 = exp2_ftz(fmaf(s[nt][2 * h + 1], scale2, -base));
                     s[nt][2 * h] = p0;
                     s[nt][2 * h + 1] = p1;
                     l[h] += p0 + p1;  // this thread's share; the quad adds up at the end
                 }
             }
             // O += P V: the C layout of key tiles 2kk, 2kk + 1 = A layout of k16 step kk
+#pragma unroll
             for (int kk = 0; kk < BC / 16; kk++) {
                 const unsigned a[4] = {pack_half2(s[2 * kk][0], s[2 * kk][1]),
                                        pack_half2(s[2 * kk][2], s[2 * kk][3]),
                                        pack_half2(s[2 * kk + 1][0], s[2 * kk + 1][1]),
                                        pack_half2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
                 for (int dt = 0; dt < D / 8; dt += 2) {  // b of column tiles dt, dt + 1
                     unsigned b[4];
-                    ldmatrix_x4_trans(b, Vs + off(16 * kk + lane % 16,
-                                                  8 * dt + (lane / 16) * 8));
+                    ldmatrix_x4_trans(b, Vs + 16 * kk * D + ao[dt / 2 % 4] + dt / 8 * 64);
                     mma_16x8x16(o[dt], a, b);
                     mma_16x8x16(o[dt + 1], a, b + 2);
                 }
@@ -217,6 +183,7 @@ flash_attn_2_mma(int S, float scale, int causal, const __half* __restrict__ Q,
 #ifdef FLASH_SM80
     asm volatile("cp.async.wait_all;\n" ::: "memory");  // only empty groups are left
 #endif
+#pragma unroll
     for (int h = 0; h < 2; h++) {
         l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
         l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
@@ -224,6 +191,7 @@ flash_attn_2_mma(int S, float scale, int causal, const __half* __restrict__ Q,
         if (row >= S) continue;
         const float inv = 1.f / l[h];
         __half* out = O + head + (size_t)row * D;
+#pragma unroll
         for (int dt = 0; dt < D / 8; dt++)
             *reinterpret_cast<__half2*>(&out[8 * dt + 2 * t]) =
                 __floats2half2_rn(o[dt][2 * h] * inv, o[dt][2 * h + 1] * inv);

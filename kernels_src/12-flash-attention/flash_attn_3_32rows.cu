@@ -19,58 +19,8 @@
 // STAGES 2).
 // Q, K, V 16-byte aligned.
 
-#include <cuda_fp16.h>
-#include "11-tensor-cores/tc_ptx.cuh"  // mma.sync, ldmatrix, cp.async, wgmma wrappers
-
-#ifndef HEAD_DIM
-#define HEAD_DIM 128
-#endif
-#ifndef WARPS
-#define WARPS 4
-#endif
-#ifndef BC
-#define BC 64
-#endif
-#ifndef STAGES  // K/V tiles in shared memory: 2 (double buffer) or 3
-#define STAGES 2
-#endif
-#ifndef MIN_BLOCKS  // blocks per SM that the registers must allow (__launch_bounds__)
-#define MIN_BLOCKS 1
-#endif
-#define D HEAD_DIM
-#define BR (32 * WARPS)
-#define THREADS (32 * WARPS)
-#define LOG2E 1.4426950408889634f
-#define LN2 0.6931471805599453f
-#define NEG_INF (-__int_as_float(0x7f800000))
-
-#if __CUDA_ARCH__ >= 800 && !defined(FLASH_SM75)
-#define FLASH_SM80 1
-#endif
-
-static_assert(D % 64 == 0 && BC % 16 == 0, "tile shape");
-static_assert(STAGES == 2 || STAGES == 3, "STAGES");
-
-// Offset (in halves) of element (r, c) of a tile with D columns: 16-byte chunks swizzled.
-__device__ __forceinline__ int off(int r, int c) {
-    return r * D + ((((c >> 3) ^ r) & 7) | ((c >> 3) & ~7)) * 8 + (c & 7);
-}
-
-// Copy rows row0 .. row0 + rows - 1 of an [S, D] matrix into a swizzled tile; rows past S
-// become zeros (cp.async with source size 0 reads nothing and fills the 16 bytes with 0).
-__device__ __forceinline__ void load_tile(__half* tile, const __half* __restrict__ src,
-                                          int row0, int rows, int S) {
-    for (int c = threadIdx.x; c < rows * (D / 8); c += THREADS) {
-        const int r = c / (D / 8), col = (c % (D / 8)) * 8;
-        const bool valid = row0 + r < S;
-        const __half* g = src + (size_t)(valid ? row0 + r : 0) * D + col;
-        copy16_zfill(&tile[off(r, col)], g, valid);
-    }
-}
-__device__ __forceinline__ void commit() { cp_async_commit(); }
-__device__ __forceinline__ void wait_all_but_newest() {  // the older group has landed
-    cp_async_wait<1>();
-}
+#define BR (32 * WARPS)  // query rows per block: 32 per warp
+#include "12-flash-attention/fa_common.cuh"  // options, off, load_tile, frag_offsets, exp2
 
 extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
 flash_attn_3_32rows(int S, float scale, int causal, const __half* __restrict__ Q,
@@ -88,17 +38,22 @@ flash_attn_3_32rows(int S, float scale, int causal, const __half* __restrict__ Q
     const __half* Vh = V + head;
     const int last = causal ? min(q0 + BR, S) - 1 : S - 1;
     const int tiles_n = last / BC + 1;
+    // the lane's ldmatrix offsets: A fragments (Q) and V through .trans share ao, K has ko
+    int ao[4], ko[4];
+    frag_offsets(ao, lane % 16, lane / 16);
+    frag_offsets(ko, (lane / 16) * 8 + lane % 8, (lane / 8) % 2);
+    const __half* Qw = Qs + 32 * warp * D;  // the warp's rows of Q
 
-    load_tile(Qs, Q + head, q0, BR, S);
-    load_tile(tiles, Kh, 0, BC, S);
-    load_tile(tiles + BC * D, Vh, 0, BC, S);
-    commit();
+    load_tile<BR>(Qs, Q + head, q0, S);
+    load_tile<BC>(tiles, Kh, 0, S);
+    load_tile<BC>(tiles + BC * D, Vh, 0, S);
+    cp_async_commit();
 #if STAGES == 3
     if (tiles_n > 1) {
-        load_tile(tiles + 2 * BC * D, Kh, BC, BC, S);
-        load_tile(tiles + 3 * BC * D, Vh, BC, BC, S);
+        load_tile<BC>(tiles + 2 * BC * D, Kh, BC, S);
+        load_tile<BC>(tiles + 3 * BC * D, Vh, BC, S);
     }
-    commit();
+    cp_async_commit();
 #endif
 
     const float scale2 = scale * LOG2E;  // exp(scale s) = exp2(scale2 s)
@@ -110,21 +65,21 @@ flash_attn_3_32rows(int S, float scale, int causal, const __half* __restrict__ Q
 #if STAGES == 2
         if (j + 1 < tiles_n) {
             __half* next = tiles + ((j + 1) % 2) * 2 * BC * D;
-            load_tile(next, Kh, (j + 1) * BC, BC, S);
-            load_tile(next + BC * D, Vh, (j + 1) * BC, BC, S);
+            load_tile<BC>(next, Kh, (j + 1) * BC, S);
+            load_tile<BC>(next + BC * D, Vh, (j + 1) * BC, S);
         }
-        commit();  // possibly empty: one group per tile keeps wait_group 1 right
-        wait_all_but_newest();
+        cp_async_commit();  // possibly empty: one group per tile keeps wait_group 1 right
+        cp_async_wait<1>();  // tile j has landed (only tile j + 1 may be in flight)
         __syncthreads();
 #else  // as in kernel 2: wait for tile j, then refill the slot of tile j - 1
-        wait_all_but_newest();
+        cp_async_wait<1>();
         __syncthreads();
         if (j + 2 < tiles_n) {
             __half* next = tiles + ((j + 2) % 3) * 2 * BC * D;
-            load_tile(next, Kh, (j + 2) * BC, BC, S);
-            load_tile(next + BC * D, Vh, (j + 2) * BC, BC, S);
+            load_tile<BC>(next, Kh, (j + 2) * BC, S);
+            load_tile<BC>(next + BC * D, Vh, (j + 2) * BC, S);
         }
-        commit();
+        cp_async_commit();
 #endif
         const __half* Ks = tiles + (j % STAGES) * 2 * BC * D;
         const __half* Vs = Ks + BC * D;
@@ -136,13 +91,11 @@ flash_attn_3_32rows(int S, float scale, int causal, const __half* __restrict__ Q
                 unsigned a[2][4];
 #pragma unroll
                 for (int i = 0; i < 2; i++)
-                    ldmatrix_x4(a[i], Qs + off(32 * warp + 16 * i + lane % 16,
-                                               16 * kk + (lane / 16) * 8));
+                    ldmatrix_x4(a[i], Qw + 16 * i * D + ao[kk % 4] + (kk / 4) * 64);
 #pragma unroll
                 for (int nt = 0; nt < BC / 8; nt += 2) {  // b of key tiles nt and nt + 1
                     unsigned b[4];
-                    ldmatrix_x4(b, Ks + off(8 * nt + (lane / 16) * 8 + lane % 8,
-                                            16 * kk + ((lane / 8) % 2) * 8));
+                    ldmatrix_x4(b, Ks + 8 * nt * D + ko[kk % 4] + (kk / 4) * 64);
 #pragma unroll
                     for (int i = 0; i < 2; i++) {
                         mma_16x8x16(s[i][nt], a[i], b);
@@ -150,28 +103,32 @@ flash_attn_3_32rows(int S, float scale, int causal, const __half* __restrict__ Q
                     }
                 }
             }
-            const bool edge = n0 + BC > S || (causal && n0 + BC - 1 > wq);
+            if (n0 + BC > S || (causal && n0 + BC - 1 > wq)) {  // mask: edge tiles only
+#pragma unroll
+                for (int i = 0; i < 2; i++)
+#pragma unroll
+                    for (int nt = 0; nt < BC / 8; nt++)
+#pragma unroll
+                        for (int e = 0; e < 4; e++) {
+                            const int key = n0 + 8 * nt + 2 * t + (e & 1);
+                            const int row = wq + 16 * i + g + 8 * (e / 2);
+                            if (key >= S || (causal && key > row)) s[i][nt][e] = NEG_INF;
+                        }
+            }
 #pragma unroll
             for (int i = 0; i < 2; i++) {
                 float mx[2] = {NEG_INF, NEG_INF};
 #pragma unroll
                 for (int nt = 0; nt < BC / 8; nt++)
 #pragma unroll
-                    for (int e = 0; e < 4; e++) {
-                        if (edge) {
-                            const int key = n0 + 8 * nt + 2 * t + (e & 1);
-                            const int row = wq + 16 * i + g + 8 * (e / 2);
-                            if (key >= S || (causal && key > row)) s[i][nt][e] = NEG_INF;
-                        }
-                        mx[e / 2] = fmaxf(mx[e / 2], s[i][nt][e]);
-                    }
+                    for (int e = 0; e < 4; e++) mx[e / 2] = fmaxf(mx[e / 2], s[i][nt][e]);
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
                     mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
                     mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
                     const float m_new = fmaxf(m[i][h], mx[h] * scale2);
                     const float base = m_new == NEG_INF ? 0.f : m_new;
-                    const float alpha = exp2f(m[i][h] - base);
+                    const float alpha = exp2_ftz(m[i][h] - base);
                     m[i][h] = m_new;
                     l[i][h] *= alpha;
 #pragma unroll
@@ -181,8 +138,8 @@ flash_attn_3_32rows(int S, float scale, int causal, const __half* __restrict__ Q
                     }
 #pragma unroll
                     for (int nt = 0; nt < BC / 8; nt++) {
-                        const float p0 = exp2f(fmaf(s[i][nt][2 * h], scale2, -base));
-                        const float p1 = exp2f(fmaf(s[i][nt][2 * h + 1], scale2, -base));
+                        const float p0 = exp2_ftz(fmaf(s[i][nt][2 * h], scale2, -base));
+                        const float p1 = exp2_ftz(fmaf(s[i][nt][2 * h + 1], scale2, -base));
                         s[i][nt][2 * h] = p0;
                         s[i][nt][2 * h + 1] = p1;
                         l[i][h] += p0 + p1;
@@ -202,8 +159,7 @@ flash_attn_3_32rows(int S, float scale, int causal, const __half* __restrict__ Q
 #pragma unroll
                 for (int dt = 0; dt < D / 8; dt += 2) {  // b of column tiles dt, dt + 1
                     unsigned b[4];
-                    ldmatrix_x4_trans(b, Vs + off(16 * kk + lane % 16,
-                                                  8 * dt + (lane / 16) * 8));
+                    ldmatrix_x4_trans(b, Vs + 16 * kk * D + ao[dt / 2 % 4] + dt / 8 * 64);
 #pragma unroll
                     for (int i = 0; i < 2; i++) {
                         mma_16x8x16(o[i][dt], a[i], b);

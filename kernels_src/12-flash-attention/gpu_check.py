@@ -234,13 +234,13 @@ def rel_dev(o, ref: torch.Tensor) -> float:
         else float("nan")
 
 
-def sweep(budget_s: float = 75.0):
+def sweep(budget_s: float = 75.0, variants: list | None = None):
     """The tuning sweep: correctness of every variant first, then its time against SDPA's default."""
     t_start = time.time()
     d, bh, S = D_BIG, BATCH * HEADS, S_BIG
 
     kernels: dict = {}
-    for label, name, b in VARIANTS:
+    for label, name, b in variants or VARIANTS:
         t0 = time.time()
         if t0 - t_start > 0.75 * budget_s:
             print(f"   {label}: not built, past {0.75 * budget_s:.0f} s", flush=True)
@@ -322,6 +322,56 @@ def sweep(budget_s: float = 75.0):
     print("\n".join(rows))
 
 
+def old_source(name: str) -> str | None:
+    """A kernel file as it was at a git commit (MMA_BASE), to time it beside the new one; None without git."""
+    import subprocess
+
+    try:
+        return subprocess.run(["git", "show", f"{MMA_BASE}:kernels_src/12-flash-attention/{name}.cu"],
+                              capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+MMA_BASE = "7b7ff39"  # kernels 2 and 3 before fa_common.cuh (their 40% of SDPA)
+MMA_VARIANTS = [  # --mma: kernels 2 and 3 (fa_common.cuh: unrolled copies, ldmatrix offsets, ex2.ftz)
+    ("2 w4 bc64 s2", K2, dict(warps=4, bc=64, stages=2)),
+    ("2 w4 bc64 s2 mb3", K2, dict(warps=4, bc=64, stages=2, options=("-DMIN_BLOCKS=3",))),
+    ("2 w4 bc64 s3", K2, dict(warps=4, bc=64, stages=3)),
+    ("2 w8 bc64 s2", K2, dict(warps=8, bc=64, stages=2)),
+    ("2 w8 bc64 s3", K2, dict(warps=8, bc=64, stages=3)),
+    ("2 w8 bc128 s2", K2, dict(warps=8, bc=128, stages=2)),
+    ("2 w4 bc128 s2", K2, dict(warps=4, bc=128, stages=2)),
+    ("3 w4 bc64 s2", K3, dict(warps=4, bc=64, stages=2)),
+    ("3 w4 bc64 s3", K3, dict(warps=4, bc=64, stages=3)),
+    ("3 w4 bc32 s2", K3, dict(warps=4, bc=32, stages=2)),
+    ("3 w4 bc32 s3", K3, dict(warps=4, bc=32, stages=3)),
+    ("3 w8 bc64 s2", K3, dict(warps=8, bc=64, stages=2)),
+    ("3 w8 bc32 s2", K3, dict(warps=8, bc=32, stages=2)),
+]
+
+
+def mma_variants() -> list:
+    """MMA_VARIANTS and, where git has MMA_BASE, the chapter's builds of kernels 2 and 3 as they were."""
+    old = []
+    for label, name, build in [("2 before w8 bc128", K2, dict(warps=8, bc=128)),
+                               ("3 before w4 bc64", K3, dict(warps=4, bc=64))]:
+        src = old_source(name)
+        if src is None:
+            print(f"   {label}: no git history here, not timed", flush=True)
+        else:
+            old.append((label, name, dict(build, source=src)))
+    return old + MMA_VARIANTS
+
+
+if "--mma" in sys.argv:
+    try:
+        sweep(80.0, mma_variants())
+    finally:
+        if os.environ.get("OUT"):
+            with open(os.path.join(os.environ["OUT"], "ch12_mma.json"), "w") as f:
+                json.dump(results, f, indent=1, default=str)
+    sys.exit(0)
 if "--sweep" in sys.argv:
     try:
         sweep()

@@ -147,21 +147,22 @@ def test_flash_overlap_bc128(bh, S, causal):
 # Plausible mistakes, made by editing one line of a kernel file: the check must reject each.
 K2, K3 = "flash_attn_2_mma", "flash_attn_3_32rows"
 MUTANTS = {
-    "no-rescaling": (K2, "const float alpha = exp2f(m[h] - base);", "const float alpha = 1.f;"),
-    "rescale-inverted": (K3, "const float alpha = exp2f(m[i][h] - base);",
-                         "const float alpha = exp2f(base - m[i][h]);"),
+    "no-rescaling": (K2, "const float alpha = exp2_ftz(m[h] - base);", "const float alpha = 1.f;"),
+    "rescale-inverted": (K3, "const float alpha = exp2_ftz(m[i][h] - base);",
+                         "const float alpha = exp2_ftz(base - m[i][h]);"),
     "no-causal-mask": (K2, "if (key >= S || (causal && key > row)) s[nt][e] = NEG_INF;",
                        "if (key >= S) s[nt][e] = NEG_INF;"),
     "causal-mask-off-by-one": (K3, "(causal && key > row)) s[i][nt][e] = NEG_INF;",
                                "(causal && key >= row)) s[i][nt][e] = NEG_INF;"),
     "no-tail-mask": (K2, "if (key >= S || (causal && key > row)) s[nt][e] = NEG_INF;",
                      "if (causal && key > row) s[nt][e] = NEG_INF;"),
-    "scale-not-folded": (K2, "exp2f(fmaf(s[nt][2 * h], scale2, -base))", "exp2f(s[nt][2 * h] - base)"),
+    "scale-not-folded": (K2, "exp2_ftz(fmaf(s[nt][2 * h], scale2, -base))",
+                         "exp2_ftz(s[nt][2 * h] - base)"),
     "skips-diagonal-tile": (K2, "if (!causal || n0 <= wq + 15) {", "if (!causal || n0 + BC <= wq) {"),
     "p-fragment-halves-swapped": (K2, "pack_half2(s[2 * kk][2], s[2 * kk][3]),",
                                   "pack_half2(s[2 * kk + 1][0], s[2 * kk + 1][1]),"),
     "row-sum-not-reduced": (K3, "sum += __shfl_xor_sync(0xffffffffu, sum, 2);", ""),
-    "no-wait-group": (K2, "    cp_async_wait<1>();", ""),
+    "no-wait-group": (K2, "cp_async_wait<1>();  // tile j has landed", "//"),
     "no-barrier-before-refill": (K3, "        __syncthreads();  // the slot is refilled", "//"),
     # 3 stages: the one barrier per tile comes before the refill of the slot of tile j - 1
     "3-stages-refill-before-barrier": (K2, "        __syncthreads();\n        if (j + 2 < tiles_n) {",
