@@ -25,6 +25,9 @@
 #ifndef MIN_BLOCKS  // blocks per SM that the registers must allow (__launch_bounds__)
 #define MIN_BLOCKS 1
 #endif
+#ifndef SLACK  // log2 units: the running maximum m is raised only past m + SLACK
+#define SLACK 8.f
+#endif
 #define D HEAD_DIM
 #define THREADS (32 * WARPS)
 #define LOG2E 1.4426950408889634f

@@ -41,7 +41,8 @@ flash_attn_2_mma(int S, float scale, int causal, const __half* __restrict__ Q,
     __half* tiles = reinterpret_cast<__half*>(smem);  // [slot][K, V][BC x D]
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     const int g = lane / 4, t = lane % 4;  // accumulator rows g, g + 8; cols 2t, 2t + 1
-    const int q0 = blockIdx.x * BR, wq = q0 + 16 * warp;  // first row of block, of warp
+    const int q0 = (gridDim.x - 1 - blockIdx.x) * BR;  // the longest causal rows first
+    const int wq = q0 + 16 * warp;  // the warp's first row
     const size_t head = (size_t)blockIdx.y * S * D;
     const __half* Kh = K + head;
     const __half* Vh = V + head;
@@ -137,20 +138,30 @@ flash_attn_2_mma(int S, float scale, int causal, const __half* __restrict__ Q,
 #pragma unroll
                 for (int e = 0; e < 4; e++) mx[e / 2] = fmaxf(mx[e / 2], s[nt][e]);
 #pragma unroll
-            for (int h = 0; h < 2; h++) {
-                // the 4 threads of a quad hold one row: reduce the maximum across them
+            for (int h = 0; h < 2; h++) {  // the 4 threads of a quad hold one row
                 mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
                 mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
-                const float m_new = fmaxf(m[h], mx[h] * scale2);  // in log2 units
-                const float base = m_new == NEG_INF ? 0.f : m_new;  // a row masked so far
-                const float alpha = exp2_ftz(m[h] - base);  // rescales the sums so far
-                m[h] = m_new;
-                l[h] *= alpha;
+                mx[h] *= scale2;  // in log2 units
+            }
+            // rescale only when a score of the warp's rows passes its m by more than SLACK
+            if (__any_sync(0xffffffffu, mx[0] > m[0] + SLACK || mx[1] > m[1] + SLACK)) {
 #pragma unroll
-                for (int dt = 0; dt < D / 8; dt++) {
-                    o[dt][2 * h] *= alpha;
-                    o[dt][2 * h + 1] *= alpha;
+                for (int h = 0; h < 2; h++) {
+                    const float m_new = fmaxf(m[h], mx[h]);
+                    const float base = m_new == NEG_INF ? 0.f : m_new;  // a row masked so far
+                    const float alpha = exp2_ftz(m[h] - base);  // rescales the sums so far
+                    m[h] = m_new;
+                    l[h] *= alpha;
+#pragma unroll
+                    for (int dt = 0; dt < D / 8; dt++) {
+                        o[dt][2 * h] *= alpha;
+                        o[dt][2 * h + 1] *= alpha;
+                    }
                 }
+            }
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const float base = m[h] == NEG_INF ? 0.f : m[h];
 #pragma unroll
                 for (int nt = 0; nt < BC / 8; nt++) {
                     const float p0 = exp2_ftz(fmaf(s[nt][2 * h], scale2, -base));

@@ -115,27 +115,45 @@ flash_attn_3_32rows(int S, float scale, int causal, const __half* __restrict__ Q
                             if (key >= S || (causal && key > row)) s[i][nt][e] = NEG_INF;
                         }
             }
+            float mx[2][2];  // [m tile][rows g, g + 8]: the tile's row maxima, log2 units
 #pragma unroll
-            for (int i = 0; i < 2; i++) {
-                float mx[2] = {NEG_INF, NEG_INF};
-#pragma unroll
-                for (int nt = 0; nt < BC / 8; nt++)
-#pragma unroll
-                    for (int e = 0; e < 4; e++) mx[e / 2] = fmaxf(mx[e / 2], s[i][nt][e]);
+            for (int i = 0; i < 2; i++)
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
-                    mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
-                    mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
-                    const float m_new = fmaxf(m[i][h], mx[h] * scale2);
-                    const float base = m_new == NEG_INF ? 0.f : m_new;
-                    const float alpha = exp2_ftz(m[i][h] - base);
-                    m[i][h] = m_new;
-                    l[i][h] *= alpha;
+                    mx[i][h] = NEG_INF;
 #pragma unroll
-                    for (int dt = 0; dt < D / 8; dt++) {
-                        o[i][dt][2 * h] *= alpha;
-                        o[i][dt][2 * h + 1] *= alpha;
+                    for (int nt = 0; nt < BC / 8; nt++)
+                        mx[i][h] = fmaxf(mx[i][h],
+                                         fmaxf(s[i][nt][2 * h], s[i][nt][2 * h + 1]));
+                    mx[i][h] = fmaxf(mx[i][h], __shfl_xor_sync(0xffffffffu, mx[i][h], 1));
+                    mx[i][h] = fmaxf(mx[i][h], __shfl_xor_sync(0xffffffffu, mx[i][h], 2));
+                    mx[i][h] *= scale2;
+                }
+            // as in kernel 2: rescale only when a score passes its row's m by more than SLACK
+            if (__any_sync(0xffffffffu, mx[0][0] > m[0][0] + SLACK || mx[0][1] > m[0][1] + SLACK
+                                        || mx[1][0] > m[1][0] + SLACK
+                                        || mx[1][1] > m[1][1] + SLACK)) {
+#pragma unroll
+                for (int i = 0; i < 2; i++)
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        const float m_new = fmaxf(m[i][h], mx[i][h]);
+                        const float base = m_new == NEG_INF ? 0.f : m_new;
+                        const float alpha = exp2_ftz(m[i][h] - base);
+                        m[i][h] = m_new;
+                        l[i][h] *= alpha;
+#pragma unroll
+                        for (int dt = 0; dt < D / 8; dt++) {
+                            o[i][dt][2 * h] *= alpha;
+                            o[i][dt][2 * h + 1] *= alpha;
+                        }
                     }
+            }
+#pragma unroll
+            for (int i = 0; i < 2; i++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const float base = m[i][h] == NEG_INF ? 0.f : m[i][h];
 #pragma unroll
                     for (int nt = 0; nt < BC / 8; nt++) {
                         const float p0 = exp2_ftz(fmaf(s[i][nt][2 * h], scale2, -base));
@@ -145,7 +163,6 @@ flash_attn_3_32rows(int S, float scale, int causal, const __half* __restrict__ Q
                         l[i][h] += p0 + p1;
                     }
                 }
-            }
 #pragma unroll
             for (int kk = 0; kk < BC / 16; kk++) {  // O += P V
                 unsigned a[2][4];

@@ -26,11 +26,15 @@ def h100_limits(monkeypatch):
     monkeypatch.setenv("CUDL_EMULATOR_DEVICE", "H100")
 
 
-def inputs(bh: int, S: int, d: int, q_scale: float = 4.0):
+def inputs(bh: int, S: int, d: int, q_scale: float = 4.0, rising: bool = False):
+    """Fresh fp16 Q, K, V; `rising`: key j scaled by 1 + j / 16, so that the scores of a row grow along the
+    sequence and its running maximum moves at almost every tile, by far more than the kernels' SLACK."""
     rng = np.random.default_rng()
     q = (rng.standard_normal((bh, S, d)) * q_scale).astype(np.float16)
-    k, v = (rng.standard_normal((bh, S, d)).astype(np.float16) for _ in range(2))
-    return [cudl.xp.asarray(a) for a in (q, k, v)]
+    k, v = (rng.standard_normal((bh, S, d)) for _ in range(2))
+    if rising:
+        k *= (1 + np.arange(S) / 16)[None, :, None]
+    return [cudl.xp.asarray(a.astype(np.float16)) for a in (q, k, v)]
 
 
 def errors(o, lse, ref) -> tuple[float, float]:
@@ -44,8 +48,8 @@ def errors(o, lse, ref) -> tuple[float, float]:
     return err, float(np.abs(lse - rl).max()) if np.isfinite(lse).all() else float("nan")
 
 
-def check(name: str, bh: int, S: int, d: int, causal: bool, **build) -> None:
-    q, k, v = inputs(bh, S, d)
+def check(name: str, bh: int, S: int, d: int, causal: bool, rising: bool = False, **build) -> None:
+    q, k, v = inputs(bh, S, d, rising=rising)
     o, lse = ch12.flash_attention(name, q, k, v, causal, **build)
     cudl.sync()
     err, lerr = errors(o, lse, ch12.reference(q, k, v, causal))
@@ -70,6 +74,15 @@ def test_flash(name, bh, S, d, causal):
 def test_flash_several_tiles(name, causal):
     """200 keys: four tiles of 64 through the double buffer, the last one partial."""
     check(name, 2, 200, 64, causal)
+
+
+@pytest.mark.parametrize("options", [(), ("-DSLACK=0",)], ids=["slack8", "slack0"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("name", KERNELS)
+def test_flash_rescaling(name, causal, options):
+    """Scores rising along the sequence: the warp's vote finds a row whose maximum passed m + SLACK at almost
+    every tile, so m, l and O are rescaled there (with -DSLACK=0, whenever a row maximum grows at all)."""
+    check(name, 2, 300, 64, causal, rising=True, options=options)
 
 
 @pytest.mark.parametrize("name", KERNELS)
@@ -165,12 +178,15 @@ MUTANTS = {
     "no-wait-group": (K2, "cp_async_wait<1>();  // tile j has landed", "//"),
     "no-barrier-before-refill": (K3, "        __syncthreads();  // the slot is refilled", "//"),
     # 3 stages: the one barrier per tile comes before the refill of the slot of tile j - 1
+    # the vote must cover both rows of the lane: row g + 8's maximum runs away and 2^(x - m) overflows fp16
+    "vote-misses-a-row": (K2, "mx[0] > m[0] + SLACK || mx[1] > m[1] + SLACK)) {", "mx[0] > m[0] + SLACK)) {"),
     "3-stages-refill-before-barrier": (K2, "        __syncthreads();\n        if (j + 2 < tiles_n) {",
                                        "        if (j + 2 < tiles_n) {", dict(stages=3)),
 }
 # right by luck of order on the emulator: its race check must stop it. The race check does not see the writes
 # of cp.async (they land inside wait_group), so the missing barrier is caught on the sm_75 path (plain stores).
 RACES = {"no-barrier-before-refill", "3-stages-refill-before-barrier"}
+RISING = {"vote-misses-a-row"}  # shows only where the scores grow along the sequence
 
 
 @pytest.mark.parametrize("mutant", MUTANTS)
@@ -184,7 +200,7 @@ def test_mutant_is_rejected(mutant, monkeypatch):
     name, old, new, *build = MUTANTS[mutant]
     src = (KERNELS_DIR / "12-flash-attention" / f"{name}.cu").read_text()
     assert src.count(old) == 1, f"mutant {mutant}: the line to edit is no longer in {name}.cu"
-    q, k, v = inputs(2, 200, 64)
+    q, k, v = inputs(2, 200, 64, rising=mutant in RISING)
     causal = mutant != "no-tail-mask"  # causal rows never reach the keys past S
     try:
         o, lse = ch12.flash_attention(name, q, k, v, causal, source=src.replace(old, new), sm75=mutant in RACES,
