@@ -63,17 +63,19 @@ __device__ __forceinline__ void load_tile(__half* tile, const __half* __restrict
     if (row0 + ROWS <= S) {  // every row exists: no test per copy
 #pragma unroll
         for (int i = 0; i < COPIES; i++) {
-            if (N % THREADS != 0 && r + i * STEP >= ROWS) break;
-            copy16_zfill(STEP % 8 == 0 ? dst + i * STEP * D : tile + off(r + i * STEP, col),
-                         g + i * STEP * D, true);
+            const int ri = r + i * STEP;
+            if (N % THREADS != 0 && ri >= ROWS) break;
+            __half* d = STEP % 8 == 0 ? dst + i * STEP * D : tile + off(ri, col);
+            copy16_zfill(d, g + i * STEP * D, true);
         }
     } else {  // the last tile: rows past S read nothing (row 0's address) and become 0
 #pragma unroll
         for (int i = 0; i < COPIES; i++) {
-            if (N % THREADS != 0 && r + i * STEP >= ROWS) break;
-            const bool valid = row0 + r + i * STEP < S;
-            copy16_zfill(STEP % 8 == 0 ? dst + i * STEP * D : tile + off(r + i * STEP, col),
-                         valid ? g + i * STEP * D : src, valid);
+            const int ri = r + i * STEP;
+            if (N % THREADS != 0 && ri >= ROWS) break;
+            const bool valid = row0 + ri < S;
+            __half* d = STEP % 8 == 0 ? dst + i * STEP * D : tile + off(ri, col);
+            copy16_zfill(d, valid ? g + i * STEP * D : src, valid);
         }
     }
 }
@@ -91,9 +93,9 @@ __device__ __forceinline__ void frag_offsets(int* o, int row, int half) {
     for (int k = 0; k < 4; k++) o[k] = off(row, 16 * k + 8 * half);
 }
 
-// 2^x for the softmax: one MUFU.EX2 instruction, results below 2^-126 flushed to 0 (fp16 P
-// cannot hold them anyway); exp2f without --use_fast_math adds a range test and two
-// multiplies around it to keep such results. The emulator computes exp2f.
+// 2^x for the softmax: one MUFU.EX2 instruction, results below 2^-126 flushed to 0 (an
+// fp16 P cannot hold them anyway); exp2f without --use_fast_math adds a range test and
+// two multiplies around it to keep such results. The emulator computes exp2f.
 __device__ __forceinline__ float exp2_ftz(float x) {
 #ifdef __CUDL_EMULATOR__
     return exp2f(x);

@@ -6,30 +6,32 @@
 // rows, Q kept in registers as mma fragments) and walks the keys in tiles of BC rows. Per
 // tile each warp computes its 16 x BC scores with mma.sync m16n8k16 (K fragments by
 // ldmatrix), updates the running row maximum m and sum l (online softmax: the old O and l
-// are rescaled by exp(m_old - m_new)), turns the scores into fp16 P fragments in
-// registers (the accumulator layout of two 16 x 8 tiles is the A layout of one 16 x 16
-// tile) and adds P V (V fragments by ldmatrix.trans). Exponentials are exp2 of scores
-// times scale log2(e) minus the row maximum (one fused multiply-add). K and V tiles are
-// double-buffered: on sm_80+ cp.async fetches tile j + 1 while tile j is used (with
-// -DSTAGES=3, tiles j + 1 and j + 2, and one barrier per tile instead of two); shared
-// tiles are XOR-swizzled by 16-byte chunk (chunk c of row r at c ^ (r % 8)) so every
-// ldmatrix is free of bank conflicts. causal != 0 masks key > query and skips the key
-// tiles above the diagonal (half the work); rows and keys past S are masked (zero-filled
-// loads), so any S >= 1 works.
+// are rescaled by exp(m_old - m_new), only when a score passes m by more than SLACK),
+// turns the scores into fp16 P fragments in registers (the accumulator layout of two
+// 16 x 8 tiles is the A layout of one 16 x 16 tile) and adds P V (V fragments by
+// ldmatrix.trans). Exponentials are exp2 of scores times scale log2(e) minus m (one fused
+// multiply-add and one ex2). K and V tiles are double-buffered: on sm_80+ cp.async
+// fetches tile j + 1 while tile j is used (with -DSTAGES=3, tiles j + 1 and j + 2, and
+// one barrier per tile instead of two); shared tiles are XOR-swizzled by 16-byte chunk
+// (chunk c of row r at c ^ (r % 8)) so every ldmatrix is free of bank conflicts.
+// causal != 0 masks key > query and skips the key tiles above the diagonal (half the
+// work); blocks start from the last rows (the longest under the mask); rows and keys past
+// S are masked (zero-filled loads), so any S >= 1 works. The copies, fragment offsets and
+// ex2 come from fa_common.cuh, shared with kernel 3.
 // sm_75 (T4): two m16n8k8 per k16 step and plain 16-byte copies (define FLASH_SM75 to
 // force that path on any GPU, e.g. in a test).
-// Limit: Tensor Core bound for long S; one warp per 16 rows re-reads each K/V tile from
-// shared memory once per warp, and loads and math share the same warps (no producer
-// warps, no wgmma): the chapter's target is 50% of PyTorch's SDPA on the H100 at d = 128.
+// Limit: one warp per 16 rows re-reads each K/V tile from shared memory once per warp,
+// and loads and math share the same warps (no producer warps, no wgmma): the chapter's
+// target is 50% of PyTorch's SDPA on the H100 at d = 128.
 // Compile with -DHEAD_DIM=64 or 128 (default 128), -DWARPS (4), -DBC (64),
-// -DSTAGES (2 or 3), -DMIN_BLOCKS (1); BR <= 2 BC.
+// -DSTAGES (2 or 3), -DMIN_BLOCKS (1), -DSLACK (8, log2 units); BR <= 2 BC.
 // Launch: block 32 * WARPS, grid (ceil(S / BR), BH), dynamic shared memory
 // 2 * STAGES * BC * HEAD_DIM * 2 bytes (64 KiB at d = 128, BC = 64, STAGES = 2: above
 // 48 KiB, the launcher opts in).
 // Q, K, V 16-byte aligned.
 
 #define BR (16 * WARPS)  // query rows per block: 16 per warp
-#include "12-flash-attention/fa_common.cuh"  // options, off, load_tile, frag_offsets, exp2
+#include "12-flash-attention/fa_common.cuh"  // options, copies, ldmatrix offsets, ex2
 
 static_assert(BR <= 2 * BC, "tile shape");
 
@@ -49,7 +51,7 @@ flash_attn_2_mma(int S, float scale, int causal, const __half* __restrict__ Q,
     // keys of the last tile to visit: all of them, or (causal) up to the block's last row
     const int last = causal ? min(q0 + BR, S) - 1 : S - 1;
     const int tiles_n = last / BC + 1;
-    // the lane's ldmatrix offsets: A fragments (Q) and V through .trans share ao, K has ko
+    // the lane's ldmatrix offsets: ao for A fragments (Q) and V (.trans), ko for K
     int ao[4], ko[4];
     frag_offsets(ao, lane % 16, lane / 16);
     frag_offsets(ko, (lane / 16) * 8 + lane % 8, (lane / 8) % 2);
@@ -143,13 +145,13 @@ flash_attn_2_mma(int S, float scale, int causal, const __half* __restrict__ Q,
                 mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
                 mx[h] *= scale2;  // in log2 units
             }
-            // rescale only when a score of the warp's rows passes its m by more than SLACK
+            // rescale only when a score of the warp's rows passes its m by over SLACK
             if (__any_sync(0xffffffffu, mx[0] > m[0] + SLACK || mx[1] > m[1] + SLACK)) {
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
                     const float m_new = fmaxf(m[h], mx[h]);
-                    const float base = m_new == NEG_INF ? 0.f : m_new;  // a row masked so far
-                    const float alpha = exp2_ftz(m[h] - base);  // rescales the sums so far
+                    const float base = m_new == NEG_INF ? 0.f : m_new;  // all masked yet
+                    const float alpha = exp2_ftz(m[h] - base);  // rescales the sums
                     m[h] = m_new;
                     l[h] *= alpha;
 #pragma unroll

@@ -1,26 +1,27 @@
 // flash_attn_3_32rows: flash_attn_2_mma (FlashAttention-2 forward on mma.sync, online
-// softmax, causal tile skipping, any S; Q, K, V, O [BH, S, D] __half, L [BH, S] float
-// logsumexp) with each warp owning 32 query rows, two 16-row mma tiles, as
-// FlashAttention-2 does: every K and V fragment that ldmatrix brings from shared memory
-// then feeds two mma.sync instead of one, halving the shared-memory reads per multiply,
-// which kernel 2 spends as many cycles on as on the multiplies. The doubled accumulators
-// (2 x 16 x D of O, 2 x 16 x BC of S) leave no registers for Q, so Q stays in shared
-// memory and is re-read by ldmatrix at each key tile. Blocks are taken from the last
-// query block down, so with causal masking the longest rows start first and the short
-// ones fill the end of the wave.
+// softmax with lazy rescaling, causal tile skipping, any S; Q, K, V, O [BH, S, D] __half,
+// L [BH, S] float logsumexp; fa_common.cuh's copies, fragment offsets and ex2) with each
+// warp owning 32 query rows, two 16-row mma tiles, as FlashAttention-2 does: every K and
+// V fragment that ldmatrix brings from shared memory then feeds two mma.sync instead of
+// one, halving the shared-memory reads per multiply, which kernel 2 spends as many cycles
+// on as on the multiplies. The doubled accumulators (2 x 16 x D of O, 2 x 16 x BC of S)
+// leave no registers for Q, so Q stays in shared memory and is re-read by ldmatrix at
+// each key tile. Blocks are taken from the last query block down, so with causal masking
+// the longest rows start first and the short ones fill the end of the wave.
 // sm_75 (T4): two m16n8k8 per k16 step and plain 16-byte copies (define FLASH_SM75).
 // Limit: still one kind of warp doing loads, softmax and mma in turn, and mma.sync rather
 // than Hopper's wgmma: the chapter's target for its best kernel is 80% of PyTorch's SDPA
 // on the H100 at d = 128.
 // Compile with -DHEAD_DIM=64 or 128 (default 128), -DWARPS (4), -DBC (64),
-// -DSTAGES (2 or 3 K/V tiles in shared memory, as in kernel 2), -DMIN_BLOCKS (1).
+// -DSTAGES (2 or 3 K/V tiles in shared memory, as in kernel 2), -DMIN_BLOCKS (1),
+// -DSLACK (8).
 // Launch: block 32 * WARPS, grid (ceil(S / (32 WARPS)), BH), dynamic shared memory
 // (32 WARPS + 2 STAGES BC) * HEAD_DIM * 2 bytes (96 KiB at d = 128, WARPS 4, BC 64,
 // STAGES 2).
 // Q, K, V 16-byte aligned.
 
 #define BR (32 * WARPS)  // query rows per block: 32 per warp
-#include "12-flash-attention/fa_common.cuh"  // options, off, load_tile, frag_offsets, exp2
+#include "12-flash-attention/fa_common.cuh"  // options, copies, ldmatrix offsets, ex2
 
 extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
 flash_attn_3_32rows(int S, float scale, int causal, const __half* __restrict__ Q,
@@ -38,7 +39,7 @@ flash_attn_3_32rows(int S, float scale, int causal, const __half* __restrict__ Q
     const __half* Vh = V + head;
     const int last = causal ? min(q0 + BR, S) - 1 : S - 1;
     const int tiles_n = last / BC + 1;
-    // the lane's ldmatrix offsets: A fragments (Q) and V through .trans share ao, K has ko
+    // the lane's ldmatrix offsets: ao for A fragments (Q) and V (.trans), ko for K
     int ao[4], ko[4];
     frag_offsets(ao, lane % 16, lane / 16);
     frag_offsets(ko, (lane / 16) * 8 + lane % 8, (lane / 8) % 2);
@@ -129,10 +130,12 @@ flash_attn_3_32rows(int S, float scale, int causal, const __half* __restrict__ Q
                     mx[i][h] = fmaxf(mx[i][h], __shfl_xor_sync(0xffffffffu, mx[i][h], 2));
                     mx[i][h] *= scale2;
                 }
-            // as in kernel 2: rescale only when a score passes its row's m by more than SLACK
-            if (__any_sync(0xffffffffu, mx[0][0] > m[0][0] + SLACK || mx[0][1] > m[0][1] + SLACK
-                                        || mx[1][0] > m[1][0] + SLACK
-                                        || mx[1][1] > m[1][1] + SLACK)) {
+            // as in kernel 2: rescale only when a score passes its row's m by over SLACK
+            bool raise = false;
+#pragma unroll
+            for (int r = 0; r < 4; r++)
+                raise |= mx[r / 2][r % 2] > m[r / 2][r % 2] + SLACK;
+            if (__any_sync(0xffffffffu, raise)) {
 #pragma unroll
                 for (int i = 0; i < 2; i++)
 #pragma unroll
@@ -156,11 +159,10 @@ flash_attn_3_32rows(int S, float scale, int causal, const __half* __restrict__ Q
                     const float base = m[i][h] == NEG_INF ? 0.f : m[i][h];
 #pragma unroll
                     for (int nt = 0; nt < BC / 8; nt++) {
-                        const float p0 = exp2_ftz(fmaf(s[i][nt][2 * h], scale2, -base));
-                        const float p1 = exp2_ftz(fmaf(s[i][nt][2 * h + 1], scale2, -base));
-                        s[i][nt][2 * h] = p0;
-                        s[i][nt][2 * h + 1] = p1;
-                        l[i][h] += p0 + p1;
+                        float* x = &s[i][nt][2 * h];  // the row's 2 scores of key tile nt
+                        x[0] = exp2_ftz(fmaf(x[0], scale2, -base));
+                        x[1] = exp2_ftz(fmaf(x[1], scale2, -base));
+                        l[i][h] += x[0] + x[1];
                     }
                 }
 #pragma unroll
