@@ -34,6 +34,111 @@
 #include "12-flash-attention/fa_common.cuh"  // options, copies, ldmatrix offsets, ex2
 
 static_assert(BR <= 2 * BC, "tile shape");
+#ifndef OVERLAP  // 1: the scores of tile j + 1 are computed during the softmax of tile j
+#define OVERLAP 0
+#endif
+static_assert(!OVERLAP || STAGES == 3, "OVERLAP reads tiles j and j + 1 at step j");
+
+typedef float Frags[BC / 8][4];  // a warp's 16 x BC scores: accumulators of BC / 8 mma
+
+// S = Q K^T for the warp's 16 rows and the BC keys of the tile at Ks
+__device__ __forceinline__ void scores(Frags& s, const unsigned (&qf)[D / 16][4],
+                                       const __half* Ks, const int* ko) {
+#pragma unroll
+    for (int nt = 0; nt < BC / 8; nt++)
+        for (int e = 0; e < 4; e++) s[nt][e] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++)
+#pragma unroll
+        for (int nt = 0; nt < BC / 8; nt += 2) {  // b of key tiles nt and nt + 1
+            unsigned b[4];
+            ldmatrix_x4(b, Ks + 8 * nt * D + ko[kk % 4] + (kk / 4) * 64);
+            mma_16x8x16(s[nt], qf[kk], b);
+            mma_16x8x16(s[nt + 1], qf[kk], b + 2);
+        }
+}
+
+// Online softmax of one tile of scores (keys n0 ...): mask where needed, raise m and
+// rescale l and o when a score passes m by over SLACK, then s = P = 2^(s scale2 - m)
+// with the row sums in l; the exponentials come after the call of `between`, which the
+// overlapped loop uses to issue the next tile's products
+template <typename F>
+__device__ __forceinline__ void softmax(Frags& s, float (&m)[2], float (&l)[2],
+                                        float (&o)[D / 8][4], float scale2, int n0,
+                                        int wq, int S, int causal, F between) {
+    const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    // mask keys past S and (causal) keys after the row: in the last tile and the
+    // tiles that cross the diagonal only
+    if (n0 + BC > S || (causal && n0 + BC - 1 > wq)) {
+#pragma unroll
+        for (int nt = 0; nt < BC / 8; nt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int key = n0 + 8 * nt + 2 * t + (e & 1);
+                const int row = wq + g + 8 * (e / 2);
+                if (key >= S || (causal && key > row)) s[nt][e] = NEG_INF;
+            }
+    }
+    float mx[2] = {NEG_INF, NEG_INF};  // row maxima of the scores
+#pragma unroll
+    for (int nt = 0; nt < BC / 8; nt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) mx[e / 2] = fmaxf(mx[e / 2], s[nt][e]);
+#pragma unroll
+    for (int h = 0; h < 2; h++) {  // the 4 threads of a quad hold one row
+        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+        mx[h] *= scale2;  // in log2 units
+    }
+    // rescale only when a score of the warp's rows passes its m by over SLACK
+    if (__any_sync(0xffffffffu, mx[0] > m[0] + SLACK || mx[1] > m[1] + SLACK)) {
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const float m_new = fmaxf(m[h], mx[h]);
+            const float base = m_new == NEG_INF ? 0.f : m_new;  // all masked yet
+            const float alpha = exp2_ftz(m[h] - base);  // rescales the sums
+            m[h] = m_new;
+            l[h] *= alpha;
+#pragma unroll
+            for (int dt = 0; dt < D / 8; dt++) {
+                o[dt][2 * h] *= alpha;
+                o[dt][2 * h + 1] *= alpha;
+            }
+        }
+    }
+    between();
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const float base = m[h] == NEG_INF ? 0.f : m[h];
+#pragma unroll
+        for (int nt = 0; nt < BC / 8; nt++) {
+            const float p0 = exp2_ftz(fmaf(s[nt][2 * h], scale2, -base));
+            const float p1 = exp2_ftz(fmaf(s[nt][2 * h + 1], scale2, -base));
+            s[nt][2 * h] = p0;
+            s[nt][2 * h + 1] = p1;
+            l[h] += p0 + p1;  // this thread's share; the quad adds up at the end
+        }
+    }
+}
+
+// O += P V: the C layout of key tiles 2kk, 2kk + 1 = A layout of k16 step kk
+__device__ __forceinline__ void add_pv(float (&o)[D / 8][4], const Frags& s,
+                                       const __half* Vs, const int* ao) {
+#pragma unroll
+    for (int kk = 0; kk < BC / 16; kk++) {
+        const unsigned a[4] = {pack_half2(s[2 * kk][0], s[2 * kk][1]),
+                               pack_half2(s[2 * kk][2], s[2 * kk][3]),
+                               pack_half2(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                               pack_half2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+        for (int dt = 0; dt < D / 8; dt += 2) {  // b of column tiles dt, dt + 1
+            unsigned b[4];
+            ldmatrix_x4_trans(b, Vs + 16 * kk * D + ao[dt / 2 % 4] + dt / 8 * 64);
+            mma_16x8x16(o[dt], a, b);
+            mma_16x8x16(o[dt + 1], a, b + 2);
+        }
+    }
+}
 
 extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
 flash_attn_2_mma(int S, float scale, int causal, const __half* __restrict__ Q,
@@ -86,6 +191,29 @@ flash_attn_2_mma(int S, float scale, int causal, const __half* __restrict__ Q,
     const float scale2 = scale * LOG2E;  // exp(scale s) = exp2(scale2 s)
     float o[D / 8][4] = {};
     float m[2] = {NEG_INF, NEG_INF}, l[2] = {0.f, 0.f};  // of rows g, g + 8 (log2 units)
+#if OVERLAP
+    Frags s;  // the scores of tile j at step j, computed at step j - 1
+    scores(s, qf, tiles, ko);
+    for (int j = 0; j < tiles_n; j++) {
+        cp_async_wait<0>();  // tile j + 1 has landed
+        __syncthreads();  // no warp still reads tile j - 1: its slot takes tile j + 2
+        if (j + 2 < tiles_n) {
+            __half* next = tiles + ((j + 2) % 3) * 2 * BC * D;
+            load_tile<BC>(next, Kh, (j + 2) * BC, S);
+            load_tile<BC>(next + BC * D, Vh, (j + 2) * BC, S);
+        }
+        cp_async_commit();
+        const __half* Vs = tiles + (j % 3) * 2 * BC * D + BC * D;
+        const __half* Kn = tiles + ((j + 1) % 3) * 2 * BC * D;  // (stale after the last)
+        Frags sn;  // the next tile's scores: their mma run among the exponentials
+        softmax(s, m, l, o, scale2, j * BC, wq, S, causal,
+                [&] { scores(sn, qf, Kn, ko); });
+        add_pv(o, s, Vs, ao);
+#pragma unroll
+        for (int nt = 0; nt < BC / 8; nt++)
+            for (int e = 0; e < 4; e++) s[nt][e] = sn[nt][e];
+    }
+#else
     for (int j = 0; j < tiles_n; j++) {
 #if STAGES == 2
         if (j + 1 < tiles_n) {
@@ -112,87 +240,16 @@ flash_attn_2_mma(int S, float scale, int causal, const __half* __restrict__ Q,
         const int n0 = j * BC;
         // (causal) every key of the tile above all rows of this warp: nothing to add
         if (!causal || n0 <= wq + 15) {
-            float s[BC / 8][4] = {};  // S = Q K^T for 16 rows x BC keys
-#pragma unroll
-            for (int kk = 0; kk < D / 16; kk++)
-#pragma unroll
-                for (int nt = 0; nt < BC / 8; nt += 2) {  // b of key tiles nt and nt + 1
-                    unsigned b[4];
-                    ldmatrix_x4(b, Ks + 8 * nt * D + ko[kk % 4] + (kk / 4) * 64);
-                    mma_16x8x16(s[nt], qf[kk], b);
-                    mma_16x8x16(s[nt + 1], qf[kk], b + 2);
-                }
-            // mask keys past S and (causal) keys after the row: in the last tile and the
-            // tiles that cross the diagonal only
-            if (n0 + BC > S || (causal && n0 + BC - 1 > wq)) {
-#pragma unroll
-                for (int nt = 0; nt < BC / 8; nt++)
-#pragma unroll
-                    for (int e = 0; e < 4; e++) {
-                        const int key = n0 + 8 * nt + 2 * t + (e & 1);
-                        const int row = wq + g + 8 * (e / 2);
-                        if (key >= S || (causal && key > row)) s[nt][e] = NEG_INF;
-                    }
-            }
-            float mx[2] = {NEG_INF, NEG_INF};  // row maxima of the scores
-#pragma unroll
-            for (int nt = 0; nt < BC / 8; nt++)
-#pragma unroll
-                for (int e = 0; e < 4; e++) mx[e / 2] = fmaxf(mx[e / 2], s[nt][e]);
-#pragma unroll
-            for (int h = 0; h < 2; h++) {  // the 4 threads of a quad hold one row
-                mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
-                mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
-                mx[h] *= scale2;  // in log2 units
-            }
-            // rescale only when a score of the warp's rows passes its m by over SLACK
-            if (__any_sync(0xffffffffu, mx[0] > m[0] + SLACK || mx[1] > m[1] + SLACK)) {
-#pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    const float m_new = fmaxf(m[h], mx[h]);
-                    const float base = m_new == NEG_INF ? 0.f : m_new;  // all masked yet
-                    const float alpha = exp2_ftz(m[h] - base);  // rescales the sums
-                    m[h] = m_new;
-                    l[h] *= alpha;
-#pragma unroll
-                    for (int dt = 0; dt < D / 8; dt++) {
-                        o[dt][2 * h] *= alpha;
-                        o[dt][2 * h + 1] *= alpha;
-                    }
-                }
-            }
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const float base = m[h] == NEG_INF ? 0.f : m[h];
-#pragma unroll
-                for (int nt = 0; nt < BC / 8; nt++) {
-                    const float p0 = exp2_ftz(fmaf(s[nt][2 * h], scale2, -base));
-                    const float p1 = exp2_ftz(fmaf(s[nt][2 * h + 1], scale2, -base));
-                    s[nt][2 * h] = p0;
-                    s[nt][2 * h + 1] = p1;
-                    l[h] += p0 + p1;  // this thread's share; the quad adds up at the end
-                }
-            }
-            // O += P V: the C layout of key tiles 2kk, 2kk + 1 = A layout of k16 step kk
-#pragma unroll
-            for (int kk = 0; kk < BC / 16; kk++) {
-                const unsigned a[4] = {pack_half2(s[2 * kk][0], s[2 * kk][1]),
-                                       pack_half2(s[2 * kk][2], s[2 * kk][3]),
-                                       pack_half2(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                                       pack_half2(s[2 * kk + 1][2], s[2 * kk + 1][3])};
-#pragma unroll
-                for (int dt = 0; dt < D / 8; dt += 2) {  // b of column tiles dt, dt + 1
-                    unsigned b[4];
-                    ldmatrix_x4_trans(b, Vs + 16 * kk * D + ao[dt / 2 % 4] + dt / 8 * 64);
-                    mma_16x8x16(o[dt], a, b);
-                    mma_16x8x16(o[dt + 1], a, b + 2);
-                }
-            }
+            Frags s;
+            scores(s, qf, Ks, ko);
+            softmax(s, m, l, o, scale2, n0, wq, S, causal, [] {});
+            add_pv(o, s, Vs, ao);
         }
 #if STAGES == 2
         __syncthreads();  // the slot is refilled at the next step
 #endif
     }
+#endif
 #ifdef FLASH_SM80
     asm volatile("cp.async.wait_all;\n" ::: "memory");  // only empty groups are left
 #endif

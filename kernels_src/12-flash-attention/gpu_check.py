@@ -334,7 +334,7 @@ def old_source(name: str) -> str | None:
 
 
 MMA_BASE = "7b7ff39"  # kernels 2 and 3 before fa_common.cuh (their 40% of SDPA)
-MB3, SLACK0 = "-DMIN_BLOCKS=3", "-DSLACK=0"  # 3 blocks per SM; rescale whenever a row maximum grows
+MB3, SLACK0, OV = "-DMIN_BLOCKS=3", "-DSLACK=0", "-DOVERLAP=1"  # see flash_attn_2_mma.cu
 MMA_VARIANTS = [  # --mma: kernels 2 and 3 on fa_common.cuh (unrolled copies, ldmatrix offsets, ex2.ftz)
     ("2 w4 bc64 s2", K2, dict(warps=4, bc=64, stages=2)),
     ("2 w4 bc64 s2 mb3", K2, dict(warps=4, bc=64, stages=2, options=(MB3,))),
@@ -342,15 +342,16 @@ MMA_VARIANTS = [  # --mma: kernels 2 and 3 on fa_common.cuh (unrolled copies, ld
     ("2 w4 bc64 s3", K2, dict(warps=4, bc=64, stages=3)),
     ("2 w4 bc32 s2 mb3", K2, dict(warps=4, bc=32, stages=2, options=(MB3,))),
     ("2 w8 bc64 s2", K2, dict(warps=8, bc=64, stages=2)),
-    ("2 w8 bc64 s3", K2, dict(warps=8, bc=64, stages=3)),
     ("2 w8 bc128 s2", K2, dict(warps=8, bc=128, stages=2)),
+    ("2 w4 bc64 ov", K2, dict(warps=4, bc=64, stages=3, options=(OV,))),
+    ("2 w8 bc64 ov", K2, dict(warps=8, bc=64, stages=3, options=(OV,))),
+    ("2 w4 bc32 ov mb3", K2, dict(warps=4, bc=32, stages=3, options=(OV, MB3))),
     ("3 w4 bc64 s2", K3, dict(warps=4, bc=64, stages=2)),
     ("3 w4 bc64 s2 slack0", K3, dict(warps=4, bc=64, stages=2, options=(SLACK0,))),
     ("3 w4 bc64 s3", K3, dict(warps=4, bc=64, stages=3)),
     ("3 w4 bc32 s2", K3, dict(warps=4, bc=32, stages=2)),
     ("3 w4 bc32 s3", K3, dict(warps=4, bc=32, stages=3)),
     ("3 w8 bc64 s2", K3, dict(warps=8, bc=64, stages=2)),
-    ("3 w8 bc32 s2", K3, dict(warps=8, bc=32, stages=2)),
 ]
 
 

@@ -85,6 +85,17 @@ def test_flash_rescaling(name, causal, options):
     check(name, 2, 300, 64, causal, rising=True, options=options)
 
 
+@pytest.mark.parametrize("build", [dict(warps=4, bc=64), dict(warps=8, bc=64), dict(warps=4, bc=32),
+                                   dict(warps=2, bc=128), dict(warps=4, bc=64, sm75=True)],
+                         ids=["w4-bc64", "w8-bc64", "w4-bc32", "w2-bc128", "w4-bc64-sm75"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("d,S", [(64, 1), (64, 17), (128, 100), (64, 300)])
+def test_flash_overlap(d, S, causal, build):
+    """Kernel 2 with -DOVERLAP=1: the scores of tile j + 1 come at step j (three slots), the last step's
+    from a stale slot, thrown away; scores rising along the sequence, so the rescaling runs too."""
+    check("flash_attn_2_mma", 2, S, d, causal, rising=True, stages=3, options=("-DOVERLAP=1",), **build)
+
+
 @pytest.mark.parametrize("name", KERNELS)
 def test_flash_sm75_path(name):
     check(name, 2, 100, 64, True, sm75=True)
