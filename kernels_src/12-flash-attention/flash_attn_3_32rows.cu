@@ -152,6 +152,10 @@ flash_attn_3_32rows(int S, float scale, int causal, const __half* __restrict__ Q
                         }
                     }
             }
+            // P = 2^(s scale2 - m), packed at once into the A fragments of P V: key
+            // tiles 2kk, 2kk + 1 of rows g (h = 0), g + 8 (h = 1) are registers 0-3 of
+            // step kk
+            unsigned pa[2][BC / 16][4];
 #pragma unroll
             for (int i = 0; i < 2; i++)
 #pragma unroll
@@ -159,30 +163,23 @@ flash_attn_3_32rows(int S, float scale, int causal, const __half* __restrict__ Q
                     const float base = m[i][h] == NEG_INF ? 0.f : m[i][h];
 #pragma unroll
                     for (int nt = 0; nt < BC / 8; nt++) {
-                        float* x = &s[i][nt][2 * h];  // the row's 2 scores of key tile nt
-                        x[0] = exp2_ftz(fmaf(x[0], scale2, -base));
-                        x[1] = exp2_ftz(fmaf(x[1], scale2, -base));
-                        l[i][h] += x[0] + x[1];
+                        const float* x = &s[i][nt][2 * h];  // the row's 2 scores in nt
+                        const float p0 = exp2_ftz(fmaf(x[0], scale2, -base));
+                        const float p1 = exp2_ftz(fmaf(x[1], scale2, -base));
+                        l[i][h] += p0 + p1;
+                        pa[i][nt / 2][2 * (nt % 2) + h] = pack_half2(p0, p1);
                     }
                 }
 #pragma unroll
             for (int kk = 0; kk < BC / 16; kk++) {  // O += P V
-                unsigned a[2][4];
-#pragma unroll
-                for (int i = 0; i < 2; i++) {
-                    a[i][0] = pack_half2(s[i][2 * kk][0], s[i][2 * kk][1]);
-                    a[i][1] = pack_half2(s[i][2 * kk][2], s[i][2 * kk][3]);
-                    a[i][2] = pack_half2(s[i][2 * kk + 1][0], s[i][2 * kk + 1][1]);
-                    a[i][3] = pack_half2(s[i][2 * kk + 1][2], s[i][2 * kk + 1][3]);
-                }
 #pragma unroll
                 for (int dt = 0; dt < D / 8; dt += 2) {  // b of column tiles dt, dt + 1
                     unsigned b[4];
                     ldmatrix_x4_trans(b, Vs + 16 * kk * D + ao[dt / 2 % 4] + dt / 8 * 64);
 #pragma unroll
                     for (int i = 0; i < 2; i++) {
-                        mma_16x8x16(o[i][dt], a[i], b);
-                        mma_16x8x16(o[i][dt + 1], a[i], b + 2);
+                        mma_16x8x16(o[i][dt], pa[i][kk], b);
+                        mma_16x8x16(o[i][dt + 1], pa[i][kk], b + 2);
                     }
                 }
             }
