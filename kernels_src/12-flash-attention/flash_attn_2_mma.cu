@@ -34,10 +34,6 @@
 #include "12-flash-attention/fa_common.cuh"  // options, copies, ldmatrix offsets, ex2
 
 static_assert(BR <= 2 * BC, "tile shape");
-#ifndef OVERLAP  // 1: the scores of tile j + 1 are computed during the softmax of tile j
-#define OVERLAP 0
-#endif
-static_assert(!OVERLAP || STAGES == 3, "OVERLAP reads tiles j and j + 1 at step j");
 
 typedef float Frags[BC / 8][4];  // a warp's 16 x BC scores: accumulators of BC / 8 mma
 
@@ -60,12 +56,10 @@ __device__ __forceinline__ void scores(Frags& s, const unsigned (&qf)[D / 16][4]
 
 // Online softmax of one tile of scores (keys n0 ...): mask where needed, raise m and
 // rescale l and o when a score passes m by over SLACK, then s = P = 2^(s scale2 - m)
-// with the row sums in l; the exponentials come after the call of `between`, which the
-// overlapped loop uses to issue the next tile's products
-template <typename F>
+// with the row sums in l
 __device__ __forceinline__ void softmax(Frags& s, float (&m)[2], float (&l)[2],
                                         float (&o)[D / 8][4], float scale2, int n0,
-                                        int wq, int S, int causal, F between) {
+                                        int wq, int S, int causal) {
     const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     // mask keys past S and (causal) keys after the row: in the last tile and the
     // tiles that cross the diagonal only
@@ -106,7 +100,6 @@ __device__ __forceinline__ void softmax(Frags& s, float (&m)[2], float (&l)[2],
             }
         }
     }
-    between();
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         const float base = m[h] == NEG_INF ? 0.f : m[h];
@@ -191,29 +184,6 @@ flash_attn_2_mma(int S, float scale, int causal, const __half* __restrict__ Q,
     const float scale2 = scale * LOG2E;  // exp(scale s) = exp2(scale2 s)
     float o[D / 8][4] = {};
     float m[2] = {NEG_INF, NEG_INF}, l[2] = {0.f, 0.f};  // of rows g, g + 8 (log2 units)
-#if OVERLAP
-    Frags s;  // the scores of tile j at step j, computed at step j - 1
-    scores(s, qf, tiles, ko);
-    for (int j = 0; j < tiles_n; j++) {
-        cp_async_wait<0>();  // tile j + 1 has landed
-        __syncthreads();  // no warp still reads tile j - 1: its slot takes tile j + 2
-        if (j + 2 < tiles_n) {
-            __half* next = tiles + ((j + 2) % 3) * 2 * BC * D;
-            load_tile<BC>(next, Kh, (j + 2) * BC, S);
-            load_tile<BC>(next + BC * D, Vh, (j + 2) * BC, S);
-        }
-        cp_async_commit();
-        const __half* Vs = tiles + (j % 3) * 2 * BC * D + BC * D;
-        const __half* Kn = tiles + ((j + 1) % 3) * 2 * BC * D;  // (stale after the last)
-        Frags sn;  // the next tile's scores: their mma run among the exponentials
-        softmax(s, m, l, o, scale2, j * BC, wq, S, causal,
-                [&] { scores(sn, qf, Kn, ko); });
-        add_pv(o, s, Vs, ao);
-#pragma unroll
-        for (int nt = 0; nt < BC / 8; nt++)
-            for (int e = 0; e < 4; e++) s[nt][e] = sn[nt][e];
-    }
-#else
     for (int j = 0; j < tiles_n; j++) {
 #if STAGES == 2
         if (j + 1 < tiles_n) {
@@ -242,14 +212,13 @@ flash_attn_2_mma(int S, float scale, int causal, const __half* __restrict__ Q,
         if (!causal || n0 <= wq + 15) {
             Frags s;
             scores(s, qf, Ks, ko);
-            softmax(s, m, l, o, scale2, n0, wq, S, causal, [] {});
+            softmax(s, m, l, o, scale2, n0, wq, S, causal);
             add_pv(o, s, Vs, ao);
         }
 #if STAGES == 2
         __syncthreads();  // the slot is refilled at the next step
 #endif
     }
-#endif
 #ifdef FLASH_SM80
     asm volatile("cp.async.wait_all;\n" ::: "memory");  // only empty groups are left
 #endif
