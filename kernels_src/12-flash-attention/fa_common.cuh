@@ -3,7 +3,7 @@
 // layout of a shared tile, the cp.async copy of a tile, the lanes' ldmatrix offsets into
 // such a tile, and the exponential of the softmax. A kernel includes
 // "12-flash-attention/fa_common.cuh"; -DHEAD_DIM= (64 or 128), -DWARPS=, -DBC=,
-// -DSTAGES= and -DMIN_BLOCKS= override the defaults below.
+// -DSTAGES=, -DMIN_BLOCKS= and -DSLACK= override the defaults below.
 
 #pragma once
 #include <cuda_fp16.h>
