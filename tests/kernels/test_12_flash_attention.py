@@ -96,7 +96,7 @@ def test_flash_sm75_path(name):
 
 TILES = [dict(warps=8, bc=64), dict(warps=4, bc=32), dict(warps=2, bc=128), dict(warps=4, bc=32, stages=3),
          dict(warps=2, bc=64, stages=3), dict(warps=8, bc=64, stages=3), dict(warps=8, bc=128), dict(warps=4, bc=48),
-         dict(warps=4, bc=80), dict(warps=4, bc=96)]
+         dict(warps=4, bc=80), dict(warps=4, bc=96), dict(warps=8, bc=128, stages=3), dict(warps=8, bc=112, stages=3)]
 
 
 @pytest.mark.parametrize("build", TILES, ids=[f"w{b['warps']}-bc{b['bc']}-s{b.get('stages', 2)}" for b in TILES])
