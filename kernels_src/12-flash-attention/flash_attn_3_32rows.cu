@@ -1,76 +1,27 @@
 // flash_attn_3_32rows: flash_attn_2_mma (FlashAttention-2 forward on mma.sync, online
-// softmax, causal tile skipping, any S; Q, K, V, O [BH, S, D] __half, L [BH, S] float
-// logsumexp) with each warp owning 32 query rows, two 16-row mma tiles, as
-// FlashAttention-2 does: every K and V fragment that ldmatrix brings from shared memory
-// then feeds two mma.sync instead of one, halving the shared-memory reads per multiply,
-// which kernel 2 spends as many cycles on as on the multiplies. The doubled accumulators
-// (2 x 16 x D of O, 2 x 16 x BC of S) leave no registers for Q, so Q stays in shared
-// memory and is re-read by ldmatrix at each key tile. Blocks are taken from the last
-// query block down, so with causal masking the longest rows start first and the short
-// ones fill the end of the wave.
+// softmax with lazy rescaling, causal tile skipping, any S; Q, K, V, O [BH, S, D] __half,
+// L [BH, S] float logsumexp; fa_common.cuh's copies, fragment offsets and ex2) with each
+// warp owning 32 query rows, two 16-row mma tiles, as FlashAttention-2 does: every K and
+// V fragment that ldmatrix brings from shared memory then feeds two mma.sync instead of
+// one, halving the shared-memory reads per multiply, which kernel 2 spends as many cycles
+// on as on the multiplies. The doubled accumulators (2 x 16 x D of O, 2 x 16 x BC of S)
+// leave no registers for Q, so Q stays in shared memory and is re-read by ldmatrix at
+// each key tile. Blocks are taken from the last query block down, so with causal masking
+// the longest rows start first and the short ones fill the end of the wave.
 // sm_75 (T4): two m16n8k8 per k16 step and plain 16-byte copies (define FLASH_SM75).
 // Limit: still one kind of warp doing loads, softmax and mma in turn, and mma.sync rather
 // than Hopper's wgmma: the chapter's target for its best kernel is 80% of PyTorch's SDPA
 // on the H100 at d = 128.
 // Compile with -DHEAD_DIM=64 or 128 (default 128), -DWARPS (4), -DBC (64),
-// -DSTAGES (2 or 3 K/V tiles in shared memory, as in kernel 2), -DMIN_BLOCKS (1).
+// -DSTAGES (2 or 3 K/V tiles in shared memory, as in kernel 2), -DMIN_BLOCKS (1),
+// -DSLACK (8).
 // Launch: block 32 * WARPS, grid (ceil(S / (32 WARPS)), BH), dynamic shared memory
 // (32 WARPS + 2 STAGES BC) * HEAD_DIM * 2 bytes (96 KiB at d = 128, WARPS 4, BC 64,
 // STAGES 2).
 // Q, K, V 16-byte aligned.
 
-#include <cuda_fp16.h>
-#include "11-tensor-cores/tc_ptx.cuh"  // mma.sync, ldmatrix, cp.async, wgmma wrappers
-
-#ifndef HEAD_DIM
-#define HEAD_DIM 128
-#endif
-#ifndef WARPS
-#define WARPS 4
-#endif
-#ifndef BC
-#define BC 64
-#endif
-#ifndef STAGES  // K/V tiles in shared memory: 2 (double buffer) or 3
-#define STAGES 2
-#endif
-#ifndef MIN_BLOCKS  // blocks per SM that the registers must allow (__launch_bounds__)
-#define MIN_BLOCKS 1
-#endif
-#define D HEAD_DIM
-#define BR (32 * WARPS)
-#define THREADS (32 * WARPS)
-#define LOG2E 1.4426950408889634f
-#define LN2 0.6931471805599453f
-#define NEG_INF (-__int_as_float(0x7f800000))
-
-#if __CUDA_ARCH__ >= 800 && !defined(FLASH_SM75)
-#define FLASH_SM80 1
-#endif
-
-static_assert(D % 64 == 0 && BC % 16 == 0, "tile shape");
-static_assert(STAGES == 2 || STAGES == 3, "STAGES");
-
-// Offset (in halves) of element (r, c) of a tile with D columns: 16-byte chunks swizzled.
-__device__ __forceinline__ int off(int r, int c) {
-    return r * D + ((((c >> 3) ^ r) & 7) | ((c >> 3) & ~7)) * 8 + (c & 7);
-}
-
-// Copy rows row0 .. row0 + rows - 1 of an [S, D] matrix into a swizzled tile; rows past S
-// become zeros (cp.async with source size 0 reads nothing and fills the 16 bytes with 0).
-__device__ __forceinline__ void load_tile(__half* tile, const __half* __restrict__ src,
-                                          int row0, int rows, int S) {
-    for (int c = threadIdx.x; c < rows * (D / 8); c += THREADS) {
-        const int r = c / (D / 8), col = (c % (D / 8)) * 8;
-        const bool valid = row0 + r < S;
-        const __half* g = src + (size_t)(valid ? row0 + r : 0) * D + col;
-        copy16_zfill(&tile[off(r, col)], g, valid);
-    }
-}
-__device__ __forceinline__ void commit() { cp_async_commit(); }
-__device__ __forceinline__ void wait_all_but_newest() {  // the older group has landed
-    cp_async_wait<1>();
-}
+#define BR (32 * WARPS)  // query rows per block: 32 per warp
+#include "12-flash-attention/fa_common.cuh"  // options, copies, ldmatrix offsets, ex2
 
 extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
 flash_attn_3_32rows(int S, float scale, int causal, const __half* __restrict__ Q,
@@ -88,17 +39,22 @@ flash_attn_3_32rows(int S, float scale, int causal, const __half* __restrict__ Q
     const __half* Vh = V + head;
     const int last = causal ? min(q0 + BR, S) - 1 : S - 1;
     const int tiles_n = last / BC + 1;
+    // the lane's ldmatrix offsets: ao for A fragments (Q) and V (.trans), ko for K
+    int ao[4], ko[4];
+    frag_offsets(ao, lane % 16, lane / 16);
+    frag_offsets(ko, (lane / 16) * 8 + lane % 8, (lane / 8) % 2);
+    const __half* Qw = Qs + 32 * warp * D;  // the warp's rows of Q
 
-    load_tile(Qs, Q + head, q0, BR, S);
-    load_tile(tiles, Kh, 0, BC, S);
-    load_tile(tiles + BC * D, Vh, 0, BC, S);
-    commit();
+    load_tile<BR>(Qs, Q + head, q0, S);
+    load_tile<BC>(tiles, Kh, 0, S);
+    load_tile<BC>(tiles + BC * D, Vh, 0, S);
+    cp_async_commit();
 #if STAGES == 3
     if (tiles_n > 1) {
-        load_tile(tiles + 2 * BC * D, Kh, BC, BC, S);
-        load_tile(tiles + 3 * BC * D, Vh, BC, BC, S);
+        load_tile<BC>(tiles + 2 * BC * D, Kh, BC, S);
+        load_tile<BC>(tiles + 3 * BC * D, Vh, BC, S);
     }
-    commit();
+    cp_async_commit();
 #endif
 
     const float scale2 = scale * LOG2E;  // exp(scale s) = exp2(scale2 s)
@@ -110,21 +66,21 @@ flash_attn_3_32rows(int S, float scale, int causal, const __half* __restrict__ Q
 #if STAGES == 2
         if (j + 1 < tiles_n) {
             __half* next = tiles + ((j + 1) % 2) * 2 * BC * D;
-            load_tile(next, Kh, (j + 1) * BC, BC, S);
-            load_tile(next + BC * D, Vh, (j + 1) * BC, BC, S);
+            load_tile<BC>(next, Kh, (j + 1) * BC, S);
+            load_tile<BC>(next + BC * D, Vh, (j + 1) * BC, S);
         }
-        commit();  // possibly empty: one group per tile keeps wait_group 1 right
-        wait_all_but_newest();
+        cp_async_commit();  // possibly empty: one group per tile keeps wait_group 1 right
+        cp_async_wait<1>();  // tile j has landed (only tile j + 1 may be in flight)
         __syncthreads();
 #else  // as in kernel 2: wait for tile j, then refill the slot of tile j - 1
-        wait_all_but_newest();
+        cp_async_wait<1>();
         __syncthreads();
         if (j + 2 < tiles_n) {
             __half* next = tiles + ((j + 2) % 3) * 2 * BC * D;
-            load_tile(next, Kh, (j + 2) * BC, BC, S);
-            load_tile(next + BC * D, Vh, (j + 2) * BC, BC, S);
+            load_tile<BC>(next, Kh, (j + 2) * BC, S);
+            load_tile<BC>(next + BC * D, Vh, (j + 2) * BC, S);
         }
-        commit();
+        cp_async_commit();
 #endif
         const __half* Ks = tiles + (j % STAGES) * 2 * BC * D;
         const __half* Vs = Ks + BC * D;
@@ -136,13 +92,11 @@ flash_attn_3_32rows(int S, float scale, int causal, const __half* __restrict__ Q
                 unsigned a[2][4];
 #pragma unroll
                 for (int i = 0; i < 2; i++)
-                    ldmatrix_x4(a[i], Qs + off(32 * warp + 16 * i + lane % 16,
-                                               16 * kk + (lane / 16) * 8));
+                    ldmatrix_x4(a[i], Qw + 16 * i * D + ao[kk % 4] + (kk / 4) * 64);
 #pragma unroll
                 for (int nt = 0; nt < BC / 8; nt += 2) {  // b of key tiles nt and nt + 1
                     unsigned b[4];
-                    ldmatrix_x4(b, Ks + off(8 * nt + (lane / 16) * 8 + lane % 8,
-                                            16 * kk + ((lane / 8) % 2) * 8));
+                    ldmatrix_x4(b, Ks + 8 * nt * D + ko[kk % 4] + (kk / 4) * 64);
 #pragma unroll
                     for (int i = 0; i < 2; i++) {
                         mma_16x8x16(s[i][nt], a[i], b);
@@ -150,64 +104,82 @@ flash_attn_3_32rows(int S, float scale, int causal, const __half* __restrict__ Q
                     }
                 }
             }
-            const bool edge = n0 + BC > S || (causal && n0 + BC - 1 > wq);
+            if (n0 + BC > S || (causal && n0 + BC - 1 > wq)) {  // mask: edge tiles only
 #pragma unroll
-            for (int i = 0; i < 2; i++) {
-                float mx[2] = {NEG_INF, NEG_INF};
+                for (int i = 0; i < 2; i++)
 #pragma unroll
-                for (int nt = 0; nt < BC / 8; nt++)
+                    for (int nt = 0; nt < BC / 8; nt++)
 #pragma unroll
-                    for (int e = 0; e < 4; e++) {
-                        if (edge) {
+                        for (int e = 0; e < 4; e++) {
                             const int key = n0 + 8 * nt + 2 * t + (e & 1);
                             const int row = wq + 16 * i + g + 8 * (e / 2);
                             if (key >= S || (causal && key > row)) s[i][nt][e] = NEG_INF;
                         }
-                        mx[e / 2] = fmaxf(mx[e / 2], s[i][nt][e]);
-                    }
+            }
+            float mx[2][2];  // [m tile][rows g, g + 8]: the tile's row maxima, log2 units
+#pragma unroll
+            for (int i = 0; i < 2; i++)
 #pragma unroll
                 for (int h = 0; h < 2; h++) {
-                    mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
-                    mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
-                    const float m_new = fmaxf(m[i][h], mx[h] * scale2);
-                    const float base = m_new == NEG_INF ? 0.f : m_new;
-                    const float alpha = exp2f(m[i][h] - base);
-                    m[i][h] = m_new;
-                    l[i][h] *= alpha;
+                    mx[i][h] = NEG_INF;
 #pragma unroll
-                    for (int dt = 0; dt < D / 8; dt++) {
-                        o[i][dt][2 * h] *= alpha;
-                        o[i][dt][2 * h + 1] *= alpha;
+                    for (int nt = 0; nt < BC / 8; nt++)
+                        mx[i][h] = fmaxf(mx[i][h],
+                                         fmaxf(s[i][nt][2 * h], s[i][nt][2 * h + 1]));
+                    mx[i][h] = fmaxf(mx[i][h], __shfl_xor_sync(0xffffffffu, mx[i][h], 1));
+                    mx[i][h] = fmaxf(mx[i][h], __shfl_xor_sync(0xffffffffu, mx[i][h], 2));
+                    mx[i][h] *= scale2;
+                }
+            // as in kernel 2: rescale only when a score passes its row's m by over SLACK
+            bool raise = false;
+#pragma unroll
+            for (int r = 0; r < 4; r++)
+                raise |= mx[r / 2][r % 2] > m[r / 2][r % 2] + SLACK;
+            if (__any_sync(0xffffffffu, raise)) {
+#pragma unroll
+                for (int i = 0; i < 2; i++)
+#pragma unroll
+                    for (int h = 0; h < 2; h++) {
+                        const float m_new = fmaxf(m[i][h], mx[i][h]);
+                        const float base = m_new == NEG_INF ? 0.f : m_new;
+                        const float alpha = exp2_ftz(m[i][h] - base);
+                        m[i][h] = m_new;
+                        l[i][h] *= alpha;
+#pragma unroll
+                        for (int dt = 0; dt < D / 8; dt++) {
+                            o[i][dt][2 * h] *= alpha;
+                            o[i][dt][2 * h + 1] *= alpha;
+                        }
                     }
+            }
+            // P = 2^(s scale2 - m), packed at once into the A fragments of P V: key
+            // tiles 2kk, 2kk + 1 of rows g (h = 0), g + 8 (h = 1) are registers 0-3 of
+            // step kk
+            unsigned pa[2][BC / 16][4];
+#pragma unroll
+            for (int i = 0; i < 2; i++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const float base = m[i][h] == NEG_INF ? 0.f : m[i][h];
 #pragma unroll
                     for (int nt = 0; nt < BC / 8; nt++) {
-                        const float p0 = exp2f(fmaf(s[i][nt][2 * h], scale2, -base));
-                        const float p1 = exp2f(fmaf(s[i][nt][2 * h + 1], scale2, -base));
-                        s[i][nt][2 * h] = p0;
-                        s[i][nt][2 * h + 1] = p1;
+                        const float* x = &s[i][nt][2 * h];  // the row's 2 scores in nt
+                        const float p0 = exp2_ftz(fmaf(x[0], scale2, -base));
+                        const float p1 = exp2_ftz(fmaf(x[1], scale2, -base));
                         l[i][h] += p0 + p1;
+                        pa[i][nt / 2][2 * (nt % 2) + h] = pack_half2(p0, p1);
                     }
                 }
-            }
 #pragma unroll
             for (int kk = 0; kk < BC / 16; kk++) {  // O += P V
-                unsigned a[2][4];
-#pragma unroll
-                for (int i = 0; i < 2; i++) {
-                    a[i][0] = pack_half2(s[i][2 * kk][0], s[i][2 * kk][1]);
-                    a[i][1] = pack_half2(s[i][2 * kk][2], s[i][2 * kk][3]);
-                    a[i][2] = pack_half2(s[i][2 * kk + 1][0], s[i][2 * kk + 1][1]);
-                    a[i][3] = pack_half2(s[i][2 * kk + 1][2], s[i][2 * kk + 1][3]);
-                }
 #pragma unroll
                 for (int dt = 0; dt < D / 8; dt += 2) {  // b of column tiles dt, dt + 1
                     unsigned b[4];
-                    ldmatrix_x4_trans(b, Vs + off(16 * kk + lane % 16,
-                                                  8 * dt + (lane / 16) * 8));
+                    ldmatrix_x4_trans(b, Vs + 16 * kk * D + ao[dt / 2 % 4] + dt / 8 * 64);
 #pragma unroll
                     for (int i = 0; i < 2; i++) {
-                        mma_16x8x16(o[i][dt], a[i], b);
-                        mma_16x8x16(o[i][dt + 1], a[i], b + 2);
+                        mma_16x8x16(o[i][dt], pa[i][kk], b);
+                        mma_16x8x16(o[i][dt + 1], pa[i][kk], b + 2);
                     }
                 }
             }

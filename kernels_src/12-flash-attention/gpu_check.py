@@ -66,6 +66,8 @@ BUILDS = {  # label: (kernel, build options)
     "5 overlap": ("flash_attn_5_overlap", dict(warps=12)),
     "2 mma.sync w8 bc128": ("flash_attn_2_mma", dict(warps=8, bc=128)),
     "5 overlap w8 bc128": ("flash_attn_5_overlap", dict(warps=8, bc=128)),
+    "2 mma.sync w8 bc128 s3": ("flash_attn_2_mma", dict(warps=8, bc=128, stages=3)),
+    "3 32 rows/warp w4 bc48": ("flash_attn_3_32rows", dict(warps=4, bc=48)),
 }
 
 
@@ -102,7 +104,7 @@ def timed(label: str, fn, S: int, d: int, bh: int, causal: bool) -> cudl.Timing 
 
 FAST, MB3 = "--use_fast_math", "-DMIN_BLOCKS=3"
 SWEEP = [  # kernel, warps, BC, options: the chapter's builds (the best of --sweep on the H100) and runners-up
-    ("flash_attn_2_mma", 8, 128, ()), ("flash_attn_3_32rows", 4, 64, ()),
+    ("flash_attn_2_mma", 8, 128, ("-DSTAGES=3",)), ("flash_attn_3_32rows", 4, 48, ()),
     (ch12.WGMMA, 8, 64, ("-DMIN_BLOCKS=2",)), ("flash_attn_5_overlap", 8, 128, ()),
     ("flash_attn_5_overlap", 12, 64, ()), ("flash_attn_5_overlap", 12, 64, (FAST,)),
 ]
@@ -135,7 +137,9 @@ def speed():
         for name, warps, bc, opts in SWEEP:
             label = f"{name} w{warps} bc{bc} {' '.join(opts)}".strip()
             try:
-                kern = ch12.flash_kernel(name, d, warps=warps, bc=bc, options=opts)
+                stages = next((int(o[9:]) for o in opts if o.startswith("-DSTAGES=")), None)  # K/V slots
+                kern = ch12.flash_kernel(name, d, warps=warps, bc=bc, stages=stages,
+                                         options=tuple(o for o in opts if not o.startswith("-DSTAGES=")))
                 o.fill(np.nan)
                 ch12.flash_launch(kern, q, k, v, o, lse, causal)
                 cudl.sync()
@@ -234,13 +238,13 @@ def rel_dev(o, ref: torch.Tensor) -> float:
         else float("nan")
 
 
-def sweep(budget_s: float = 75.0):
+def sweep(budget_s: float = 75.0, variants: list | None = None):
     """The tuning sweep: correctness of every variant first, then its time against SDPA's default."""
     t_start = time.time()
     d, bh, S = D_BIG, BATCH * HEADS, S_BIG
 
     kernels: dict = {}
-    for label, name, b in VARIANTS:
+    for label, name, b in variants or VARIANTS:
         t0 = time.time()
         if t0 - t_start > 0.75 * budget_s:
             print(f"   {label}: not built, past {0.75 * budget_s:.0f} s", flush=True)
@@ -322,6 +326,58 @@ def sweep(budget_s: float = 75.0):
     print("\n".join(rows))
 
 
+def old_source(name: str) -> str | None:
+    """A kernel file as it was at commit MMA_BASE, to time it beside the new one: from git, else from the
+    folder named by $CH12_OLD (copies made with git show where git is); None without either."""
+    import subprocess
+    from pathlib import Path
+
+    try:
+        return subprocess.run(["git", "show", f"{MMA_BASE}:kernels_src/12-flash-attention/{name}.cu"],
+                              capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        path = Path(os.environ.get("CH12_OLD", "-"), f"{name}.cu")
+        return path.read_text() if path.is_file() else None
+
+
+MMA_BASE = "7b7ff39"  # kernels 2 and 3 before fa_common.cuh (their 40% of SDPA)
+SLACK0 = "-DSLACK=0"  # rescale whenever a row maximum grows
+MMA_VARIANTS = [  # --mma: kernels 2 and 3 on fa_common.cuh; the first of each is the chapter's build
+    ("2 w8 bc128 s3", K2, dict(warps=8, bc=128, stages=3)),
+    ("2 w8 bc128 s2", K2, dict(warps=8, bc=128, stages=2)),
+    ("2 w8 bc96 s3", K2, dict(warps=8, bc=96, stages=3)),
+    ("2 w8 bc112 s3", K2, dict(warps=8, bc=112, stages=3)),
+    ("2 w4 bc64 s2 mb3", K2, dict(warps=4, bc=64, stages=2, options=(MB3,))),
+    ("3 w4 bc48 s2", K3, dict(warps=4, bc=48, stages=2)),
+    ("3 w4 bc48 s2 slack0", K3, dict(warps=4, bc=48, stages=2, options=(SLACK0,))),
+    ("3 w4 bc48 s3", K3, dict(warps=4, bc=48, stages=3)),
+    ("3 w8 bc48 s2", K3, dict(warps=8, bc=48, stages=2)),
+    ("3 w4 bc64 s2", K3, dict(warps=4, bc=64, stages=2)),
+    ("3 w4 bc80 s2", K3, dict(warps=4, bc=80, stages=2)),
+]
+
+
+def mma_variants() -> list:
+    """MMA_VARIANTS and, where git has MMA_BASE, the chapter's builds of kernels 2 and 3 as they were."""
+    old = []
+    for label, name, build in [("2 before w8 bc128", K2, dict(warps=8, bc=128)),
+                               ("3 before w4 bc64", K3, dict(warps=4, bc=64))]:
+        src = old_source(name)
+        if src is None:
+            print(f"   {label}: no git history here, not timed", flush=True)
+        else:
+            old.append((label, name, dict(build, source=src)))
+    return old + MMA_VARIANTS
+
+
+if "--mma" in sys.argv:
+    try:
+        sweep(80.0, mma_variants())
+    finally:
+        if os.environ.get("OUT"):
+            with open(os.path.join(os.environ["OUT"], "ch12_mma.json"), "w") as f:
+                json.dump(results, f, indent=1, default=str)
+    sys.exit(0)
 if "--sweep" in sys.argv:
     try:
         sweep()

@@ -26,11 +26,19 @@ def h100_limits(monkeypatch):
     monkeypatch.setenv("CUDL_EMULATOR_DEVICE", "H100")
 
 
-def inputs(bh: int, S: int, d: int, q_scale: float = 4.0):
+def inputs(bh: int, S: int, d: int, q_scale: float = 4.0, rising: bool = False, quiet_first_8: bool = False):
+    """Fresh fp16 Q, K, V; `rising`: key j scaled by 1 + j / 16, so that the scores of a row grow along the
+    sequence and its running maximum moves at almost every tile, by far more than the kernels' SLACK;
+    `quiet_first_8`: rows 0-7 of every 16 get queries 100 times smaller, so only rows 8-15 (the lanes' rows
+    g + 8 in the mma layout) need their maximum raised."""
     rng = np.random.default_rng()
-    q = (rng.standard_normal((bh, S, d)) * q_scale).astype(np.float16)
-    k, v = (rng.standard_normal((bh, S, d)).astype(np.float16) for _ in range(2))
-    return [cudl.xp.asarray(a) for a in (q, k, v)]
+    q = rng.standard_normal((bh, S, d)) * q_scale
+    k, v = (rng.standard_normal((bh, S, d)) for _ in range(2))
+    if rising:
+        k *= (1 + np.arange(S) / 16)[None, :, None]
+    if quiet_first_8:
+        q[:, np.arange(S) % 16 < 8] /= 100
+    return [cudl.xp.asarray(a.astype(np.float16)) for a in (q, k, v)]
 
 
 def errors(o, lse, ref) -> tuple[float, float]:
@@ -44,8 +52,8 @@ def errors(o, lse, ref) -> tuple[float, float]:
     return err, float(np.abs(lse - rl).max()) if np.isfinite(lse).all() else float("nan")
 
 
-def check(name: str, bh: int, S: int, d: int, causal: bool, **build) -> None:
-    q, k, v = inputs(bh, S, d)
+def check(name: str, bh: int, S: int, d: int, causal: bool, rising: bool = False, **build) -> None:
+    q, k, v = inputs(bh, S, d, rising=rising)
     o, lse = ch12.flash_attention(name, q, k, v, causal, **build)
     cudl.sync()
     err, lerr = errors(o, lse, ch12.reference(q, k, v, causal))
@@ -72,13 +80,23 @@ def test_flash_several_tiles(name, causal):
     check(name, 2, 200, 64, causal)
 
 
+@pytest.mark.parametrize("options", [(), ("-DSLACK=0",)], ids=["slack8", "slack0"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("name", KERNELS)
+def test_flash_rescaling(name, causal, options):
+    """Scores rising along the sequence: the warp's vote finds a row whose maximum passed m + SLACK at almost
+    every tile, so m, l and O are rescaled there (with -DSLACK=0, whenever a row maximum grows at all)."""
+    check(name, 2, 300, 64, causal, rising=True, options=options)
+
+
 @pytest.mark.parametrize("name", KERNELS)
 def test_flash_sm75_path(name):
     check(name, 2, 100, 64, True, sm75=True)
 
 
 TILES = [dict(warps=8, bc=64), dict(warps=4, bc=32), dict(warps=2, bc=128), dict(warps=4, bc=32, stages=3),
-         dict(warps=2, bc=64, stages=3), dict(warps=8, bc=64, stages=3), dict(warps=8, bc=128)]
+         dict(warps=2, bc=64, stages=3), dict(warps=8, bc=64, stages=3), dict(warps=8, bc=128), dict(warps=4, bc=48),
+         dict(warps=4, bc=80), dict(warps=4, bc=96), dict(warps=8, bc=128, stages=3), dict(warps=8, bc=112, stages=3)]
 
 
 @pytest.mark.parametrize("build", TILES, ids=[f"w{b['warps']}-bc{b['bc']}-s{b.get('stages', 2)}" for b in TILES])
@@ -147,36 +165,40 @@ def test_flash_overlap_bc128(bh, S, causal):
 # Plausible mistakes, made by editing one line of a kernel file: the check must reject each.
 K2, K3 = "flash_attn_2_mma", "flash_attn_3_32rows"
 MUTANTS = {
-    "no-rescaling": (K2, "const float alpha = exp2f(m[h] - base);", "const float alpha = 1.f;"),
-    "rescale-inverted": (K3, "const float alpha = exp2f(m[i][h] - base);",
-                         "const float alpha = exp2f(base - m[i][h]);"),
+    "no-rescaling": (K2, "const float alpha = exp2_ftz(m[h] - base);", "const float alpha = 1.f;"),
+    "rescale-inverted": (K3, "const float alpha = exp2_ftz(m[i][h] - base);",
+                         "const float alpha = exp2_ftz(base - m[i][h]);"),
     "no-causal-mask": (K2, "if (key >= S || (causal && key > row)) s[nt][e] = NEG_INF;",
                        "if (key >= S) s[nt][e] = NEG_INF;"),
     "causal-mask-off-by-one": (K3, "(causal && key > row)) s[i][nt][e] = NEG_INF;",
                                "(causal && key >= row)) s[i][nt][e] = NEG_INF;"),
     "no-tail-mask": (K2, "if (key >= S || (causal && key > row)) s[nt][e] = NEG_INF;",
                      "if (causal && key > row) s[nt][e] = NEG_INF;"),
-    "scale-not-folded": (K2, "exp2f(fmaf(s[nt][2 * h], scale2, -base))", "exp2f(s[nt][2 * h] - base)"),
+    "scale-not-folded": (K2, "exp2_ftz(fmaf(s[nt][2 * h], scale2, -base))",
+                         "exp2_ftz(s[nt][2 * h] - base)"),
     "skips-diagonal-tile": (K2, "if (!causal || n0 <= wq + 15) {", "if (!causal || n0 + BC <= wq) {"),
     "p-fragment-halves-swapped": (K2, "pack_half2(s[2 * kk][2], s[2 * kk][3]),",
                                   "pack_half2(s[2 * kk + 1][0], s[2 * kk + 1][1]),"),
     "row-sum-not-reduced": (K3, "sum += __shfl_xor_sync(0xffffffffu, sum, 2);", ""),
-    "no-wait-group": (K2, "    cp_async_wait<1>();", ""),
+    "no-wait-group": (K2, "cp_async_wait<1>();  // tile j has landed", "//"),
     "no-barrier-before-refill": (K3, "        __syncthreads();  // the slot is refilled", "//"),
     # 3 stages: the one barrier per tile comes before the refill of the slot of tile j - 1
+    # the vote must cover both rows of the lane: rows g + 8's maxima run away, 2^(x - m) overflows fp16
+    "vote-misses-a-row": (K2, "mx[0] > m[0] + SLACK || mx[1] > m[1] + SLACK)) {", "mx[0] > m[0] + SLACK)) {"),
     "3-stages-refill-before-barrier": (K2, "        __syncthreads();\n        if (j + 2 < tiles_n) {",
                                        "        if (j + 2 < tiles_n) {", dict(stages=3)),
 }
 # right by luck of order on the emulator: its race check must stop it. The race check does not see the writes
 # of cp.async (they land inside wait_group), so the missing barrier is caught on the sm_75 path (plain stores).
 RACES = {"no-barrier-before-refill", "3-stages-refill-before-barrier"}
+RISING = {"vote-misses-a-row"}  # shows only where the scores grow along the sequence
 
 
 @pytest.mark.parametrize("mutant", MUTANTS)
 def test_mutant_is_rejected(mutant, mutated_kernel):
     name, old, new, *build = MUTANTS[mutant]
     source = mutated_kernel("12-flash-attention", name, old, new, race=mutant in RACES)
-    q, k, v = inputs(2, 200, 64)
+    q, k, v = inputs(2, 200, 64, rising=mutant in RISING, quiet_first_8=mutant in RISING)
     causal = mutant != "no-tail-mask"  # causal rows never reach the keys past S
     try:
         o, lse = ch12.flash_attention(name, q, k, v, causal, source=source, sm75=mutant in RACES,
