@@ -9,11 +9,14 @@
 // sm_75 (T4): m16n8k8 and plain 16-byte copies in the same slot order (the pipeline then
 // hides nothing; define HGEMM_SM75 to force that path on any GPU, e.g. in a test).
 // -DHGEMM_BF16: A and B in bf16 (sm_80+ only), as in hgemm_2.
-// The ring lives in dynamic shared memory (STAGES x (128 + BN) x 32 halves), so -DBN=256
+// The ring lives in dynamic shared memory (STAGES x (128 + BN) x BK halves), so -DBN=256
 // (warp tile 64 x 64: twice the reuse of each A fragment) and -DSTAGES=4 fit too.
-// Limit: one barrier per K step, a plain epilogue and mma.sync's register-fed operands:
-// the chapter's target is 60% of cuBLAS at 4096^3 on the H100 (cuBLAS adds wgmma and
-// TMA).
+// -DFRAG_DBUF: the fragments are double-buffered in registers: each warp loads the next
+// k16 slice with ldmatrix (the next step's first slice across a step boundary) before
+// it issues the mma of this one, so the Tensor Cores do not wait for ldmatrix or the
+// barrier. -DGROUP_M=8: blocks walk C in bands of 8 tile rows (L2 reuse, as kernel 5).
+// Limit: mma.sync's register-fed operands and a plain epilogue: the chapter's target is
+// 60% of cuBLAS at 4096^3 on the H100 (cuBLAS adds wgmma and TMA).
 // Launch: block 256, grid (N / BN, M / 128), shared_mem = STAGES * (128 + BN) * BK * 2.
 // Requires M a multiple of 128, N of BN, K of BK (no bounds checks); 16-byte alignment.
 
@@ -36,7 +39,14 @@ typedef __half in_t;  // A and B in fp16
 #ifndef STAGES
 #define STAGES 3
 #endif
+#ifndef GROUP_M
+#define GROUP_M 0
+#endif
+#ifndef MIN_BLOCKS  // blocks per SM the compiler must leave room for (registers <= 255)
+#define MIN_BLOCKS 1  // 2: at most 128 registers, so two 128 x 128 blocks share an SM
+#endif
 #define WN (BN / 4)  // the warp tile is 64 x WN: WN / 8 mma tiles across
+#define KS (BK / 16)  // k16 slices per K step
 
 #if __CUDA_ARCH__ >= 800 && !defined(HGEMM_SM75)
 #define HGEMM_SM80 1
@@ -60,7 +70,7 @@ __device__ __forceinline__ int b_off(int k, int n) {
 __device__ __forceinline__ void commit() { cp_async_commit(); }
 __device__ __forceinline__ void wait_oldest() { cp_async_wait<STAGES - 2>(); }
 
-extern "C" __global__ void __launch_bounds__(256)
+extern "C" __global__ void __launch_bounds__(256, MIN_BLOCKS)
 hgemm_3_cp_async(int M, int N, int K, const in_t* __restrict__ A,
                  const in_t* __restrict__ B, float* __restrict__ C) {
     extern __shared__ __align__(128) in_t smem[];
@@ -68,63 +78,109 @@ hgemm_3_cp_async(int M, int N, int K, const in_t* __restrict__ A,
     in_t* Bs = smem + STAGES * BM * BK;  // STAGES tiles of BK x BN
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
     const int wm = (warp / 4) * 64, wn = (warp % 4) * WN;  // the warp's 64 x WN tile
+#if GROUP_M > 0  // block t takes tile (tm, tn): column by column within a band of rows
+    const int t = blockIdx.y * gridDim.x + blockIdx.x, band = GROUP_M * gridDim.x;
+    const int first = t / band * GROUP_M, rows = min((int)gridDim.y - first, GROUP_M);
+    const int row0 = (first + t % band % rows) * BM, col0 = t % band / rows * BN;
+#else
     const int row0 = blockIdx.y * BM, col0 = blockIdx.x * BN;
+#endif
     const int steps = K / BK;
     float acc[4][WN / 8][4] = {};
 
-    // issue the copies of K step `step` into slot step % STAGES (16-byte chunks)
+    // issue the copies of K step `step` into slot step % STAGES (16-byte chunks; a
+    // constant trip count, so the loop unrolls and the addresses are mostly constants)
     auto load = [&](int step) {
         const int s = step % STAGES, k0 = step * BK;
-        for (int c = tid; c < BM * BK / 8; c += 256) {
-            int r = c / (BK / 8), k = (c % (BK / 8)) * 8;
+#pragma unroll
+        for (int i = 0; i < BM * BK / 8 / 256; i++) {
+            int c = tid + 256 * i, r = c / (BK / 8), k = (c % (BK / 8)) * 8;
             copy16(&As[s * BM * BK + a_off(r, k)], &A[(size_t)(row0 + r) * K + k0 + k]);
         }
-        for (int c = tid; c < BK * BN / 8; c += 256) {
-            int kb = c / (BN / 8), n = (c % (BN / 8)) * 8;
+#pragma unroll
+        for (int i = 0; i < BK * BN / 8 / 256; i++) {
+            int c = tid + 256 * i, kb = c / (BN / 8), n = (c % (BN / 8)) * 8;
             copy16(&Bs[s * BK * BN + b_off(kb, n)], &B[(size_t)(k0 + kb) * N + col0 + n]);
         }
     };
+    // the warp's fragments of k16 slice `kk` of slot `s`: A 64 x 16, B 16 x WN
+    auto fragments = [&](int s, int kk, unsigned (&a)[4][4], unsigned (&b)[WN / 8][2]) {
+        const in_t* as = As + s * BM * BK;
+        const in_t* bs = Bs + s * BK * BN;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {  // lanes 0-15: rows at k, lanes 16-31: at k + 8
+            int r = wm + 16 * i + lane % 16, k = 16 * kk + (lane / 16) * 8;
+            asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 "
+                         "{%0,%1,%2,%3}, [%4];\n"
+                         : "=r"(a[i][0]), "=r"(a[i][1]), "=r"(a[i][2]), "=r"(a[i][3])
+                         : "r"(smem_addr(&as[a_off(r, k)])));
+        }
+#pragma unroll
+        for (int j = 0; j < WN / 8; j += 2) {  // two 8-wide column tiles per x4
+            int k = 16 * kk + lane % 16, n = wn + 8 * j + (lane / 16) * 8;
+            asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 "
+                         "{%0,%1,%2,%3}, [%4];\n"
+                         : "=r"(b[j][0]), "=r"(b[j][1]), "=r"(b[j + 1][0]),
+                           "=r"(b[j + 1][1])
+                         : "r"(smem_addr(&bs[b_off(k, n)])));
+        }
+    };
+    auto multiply = [&](const unsigned (&a)[4][4], const unsigned (&b)[WN / 8][2]) {
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+#pragma unroll
+            for (int j = 0; j < WN / 8; j++) mma_16x8x16_in(acc[i][j], a[i], b[j]);
+    };
+
     for (int step = 0; step < STAGES - 1; step++) {  // prologue: STAGES - 1 groups
         if (step < steps) load(step);
         commit();  // an empty group keeps the count of groups in step with the K steps
     }
+#ifndef FRAG_DBUF
+    unsigned a[4][4], b[WN / 8][2];
     for (int step = 0; step < steps; step++) {
         wait_oldest();    // this thread's copies of `step` have landed
         __syncthreads();  // everyone's have; and slot (step - 1) % STAGES is free again
         if (step + STAGES - 1 < steps) load(step + STAGES - 1);
         commit();
-        const in_t* as = As + (step % STAGES) * BM * BK;
-        const in_t* bs = Bs + (step % STAGES) * BK * BN;
-        for (int kk = 0; kk < BK; kk += 16) {
-            unsigned a[4][4], b[WN / 8][2];
-            for (int i = 0; i < 4; i++) {  // lanes 0-15: rows at k, lanes 16-31: at k + 8
-                int r = wm + 16 * i + lane % 16, k = kk + (lane / 16) * 8;
-                asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 "
-                             "{%0,%1,%2,%3}, [%4];\n"
-                             : "=r"(a[i][0]), "=r"(a[i][1]), "=r"(a[i][2]), "=r"(a[i][3])
-                             : "r"(smem_addr(&as[a_off(r, k)])));
-            }
-            // two 8-wide column tiles per ldmatrix.x4
-            for (int j = 0; j < WN / 8; j += 2) {
-                int k = kk + lane % 16, n = wn + 8 * j + (lane / 16) * 8;
-                asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 "
-                             "{%0,%1,%2,%3}, [%4];\n"
-                             : "=r"(b[j][0]), "=r"(b[j][1]), "=r"(b[j + 1][0]),
-                               "=r"(b[j + 1][1])
-                             : "r"(smem_addr(&bs[b_off(k, n)])));
-            }
-            for (int i = 0; i < 4; i++)
-                for (int j = 0; j < WN / 8; j++) mma_16x8x16_in(acc[i][j], a[i], b[j]);
+#pragma unroll
+        for (int kk = 0; kk < KS; kk++) {
+            fragments(step % STAGES, kk, a, b);
+            multiply(a, b);  // waits for the ldmatrix just issued
         }
     }
+#else  // fragments of slice kk + 1 load into one buffer while slice kk multiplies
+    unsigned a[2][4][4], b[2][WN / 8][2];
+    wait_oldest();  // step 0 has landed
+    __syncthreads();
+    fragments(0, 0, a[0], b[0]);
+    for (int step = 0; step < steps; step++) {
+#pragma unroll
+        for (int kk = 0; kk < KS; kk++) {
+            if (kk == 0) {  // the slot of step - 1 was freed at the last barrier
+                if (step + STAGES - 1 < steps) load(step + STAGES - 1);
+                commit();
+            }
+            if (kk < KS - 1) {
+                fragments(step % STAGES, kk + 1, a[(kk + 1) % 2], b[(kk + 1) % 2]);
+            } else {  // step + 1 landed and visible; every warp is done reading `step`
+                wait_oldest();
+                __syncthreads();
+                if (step + 1 < steps)
+                    fragments((step + 1) % STAGES, 0, a[(kk + 1) % 2], b[(kk + 1) % 2]);
+            }
+            multiply(a[kk % 2], b[kk % 2]);  // its operands were loaded a slice ago
+        }
+    }
+#endif
 #ifdef HGEMM_SM80
     asm volatile("cp.async.wait_all;\n" ::: "memory");  // only empty groups are left
 #endif
     // accumulator layout: rows g and g + 8, columns 2t and 2t + 1 of each 16 x 8 tile
-    const int g = lane / 4, t = lane % 4;
+    const int g = lane / 4, t4 = lane % 4;
     for (int i = 0; i < 4; i++)
         for (int j = 0; j < WN / 8; j++) {
-            size_t r = row0 + wm + 16 * i + g, n = col0 + wn + 8 * j + 2 * t;
+            size_t r = row0 + wm + 16 * i + g, n = col0 + wn + 8 * j + 2 * t4;
             *reinterpret_cast<float2*>(&C[r * N + n]) =
                 make_float2(acc[i][j][0], acc[i][j][1]);
             *reinterpret_cast<float2*>(&C[(r + 8) * N + n]) =

@@ -125,6 +125,34 @@ def test_hgemm_3_wide_tile_deeper_ring(bn, stages):
     assert err < TOL, f"BN={bn} STAGES={stages}: relative error {err:.2e}"
 
 
+# Kernel 3 with its fragments double-buffered in registers (FRAG_DBUF), alone and with the other
+# options of the GPU sweep: (options, (M, N, K), BN). K = 32 is a single K step (the ring never fills);
+# GROUP_M=2 on 5 tile rows leaves a short last band.
+FRAG_DBUF_CASES = [
+    (("-DFRAG_DBUF",), (128, 256, 160), 128),
+    (("-DFRAG_DBUF", "-DSTAGES=4"), (128, 128, 32), 128),
+    (("-DFRAG_DBUF", "-DSTAGES=2"), (256, 128, 96), 128),
+    (("-DFRAG_DBUF", "-DBK=64", "-DSTAGES=2"), (128, 256, 192), 128),
+    (("-DFRAG_DBUF", "-DBN=256", "-DSTAGES=2"), (128, 512, 96), 256),
+    (("-DFRAG_DBUF", "-DGROUP_M=2"), (640, 384, 64), 128),
+    (("-DGROUP_M=2",), (640, 384, 64), 128),
+    (("-DFRAG_DBUF", "-DMIN_BLOCKS=2"), (128, 256, 96), 128),
+    (("-DFRAG_DBUF", "-DHGEMM_SM75"), (128, 256, 96), 128),
+]
+
+
+@pytest.mark.parametrize("opts,shape,bn", FRAG_DBUF_CASES,
+                         ids=[" ".join(o[2:] for o in c[0]) for c in FRAG_DBUF_CASES])
+def test_hgemm_3_frag_dbuf(opts, shape, bn):
+    err = relative_error("hgemm_3_cp_async", *shape, opts, bn=bn)
+    assert err < TOL, f"{opts} {shape}: relative error {err:.2e}"
+
+
+def test_hgemm_3_frag_dbuf_bf16():
+    err = relative_error("hgemm_3_cp_async", 128, 256, 96, (*BF16, "-DFRAG_DBUF"), bf16=True)
+    assert err < TOL_BF16, f"relative error {err:.2e}"
+
+
 @pytest.mark.parametrize("name", ["hgemm_2_mma_ldmatrix", "hgemm_3_cp_async"])
 def test_hgemm_sm75_path(name):
     run_and_check(name, *SHAPES[name][1], options=("-DHGEMM_SM75",))
@@ -185,11 +213,19 @@ MUTANTS = {
                                 "        }\n"),
     "no-barrier-before-overwrite": ("hgemm_2_mma_ldmatrix", "        __syncthreads();  // before", "//"),
     "no-barrier-sm75-path": ("hgemm_3_cp_async", "        __syncthreads();  // everyone", "        //"),
+    # the FRAG_DBUF main loop: the next slice's fragments over the ones being multiplied, no wait
+    # for the next step's copies, no barrier before reading them (on the sm_75 path: the race check)
+    "frag-dbuf-same-buffer": ("hgemm_3_cp_async", "fragments(step % STAGES, kk + 1, a[(kk + 1) % 2]",
+                              "fragments(step % STAGES, kk + 1, a[kk % 2]"),
+    "frag-dbuf-no-wait": ("hgemm_3_cp_async", "                wait_oldest();\n", "\n"),
+    "frag-dbuf-no-barrier": ("hgemm_3_cp_async", "                __syncthreads();\n", "\n"),
 }
 # right by luck of order on the emulator: its race check must stop them. The race check does not see the
 # writes of cp.async (they land inside wait_group), so kernel 3's missing barrier is caught on its sm_75 path.
-RACES = {"no-barrier-after-stores", "no-barrier-before-overwrite", "no-barrier-sm75-path"}
-OPTIONS = {"no-barrier-sm75-path": ("-DHGEMM_SM75",)}
+RACES = {"no-barrier-after-stores", "no-barrier-before-overwrite", "no-barrier-sm75-path",
+         "frag-dbuf-no-barrier"}
+OPTIONS = {"no-barrier-sm75-path": ("-DHGEMM_SM75",), "frag-dbuf-same-buffer": ("-DFRAG_DBUF",),
+           "frag-dbuf-no-wait": ("-DFRAG_DBUF",), "frag-dbuf-no-barrier": ("-DFRAG_DBUF", "-DHGEMM_SM75")}
 
 
 @pytest.mark.parametrize("mutant", MUTANTS)
