@@ -60,11 +60,12 @@ if ARGS.tune:  # kernel 3: the unrolled copies, FRAG_DBUF, warp tile 64 x 64 (BN
                                                 "-DDOUBLE_BUFFER"))
     VARIANTS["1 wmma 128x256"] = ("hgemm_1_wmma", "hgemm_1_wmma", 256, (128, 256, 32),
                                   ("-DBM=128", "-DBN=256", "-DWARPS_N=4"))
-    for bn, bk, st, extra in ((128, 32, 3, ()), (256, 32, 3, ()), (128, 32, 3, ("FRAG_DBUF",)),
+    for bn, bk, st, extra in ((128, 32, 3, ()), (128, 32, 3, ("MIN_BLOCKS=1",)), (256, 32, 3, ()),
+                              (256, 64, 4, ()), (128, 32, 3, ("FRAG_DBUF",)),
                               (128, 32, 4, ("FRAG_DBUF",)), (128, 64, 3, ("FRAG_DBUF",)),
                               (128, 32, 3, ("FRAG_DBUF", "MIN_BLOCKS=2")),
-                              (256, 32, 3, ("FRAG_DBUF",)), (256, 32, 4, ("FRAG_DBUF",)),
-                              (256, 32, 2, ("FRAG_DBUF",)), (256, 64, 3, ("FRAG_DBUF",)),
+                              (256, 32, 2, ("FRAG_DBUF",)), (256, 32, 3, ("FRAG_DBUF",)),
+                              (256, 32, 4, ("FRAG_DBUF",)), (256, 64, 3, ("FRAG_DBUF",)),
                               (256, 32, 3, ("FRAG_DBUF", "GROUP_M=8")),
                               (256, 32, 4, ("FRAG_DBUF", "GROUP_M=8"))):
         label = " ".join(e.lower().replace("_", "").replace("=", "") for e in extra)
@@ -217,7 +218,8 @@ if ARGS.side:  # each kernel and cuBLAS in turn, 5 rounds; medians
             mine.append(cudl.bench(run, flops=flops, compute="fp16", rep_ms=40).ms)
         km, bm = float(np.median(mine)), float(np.median(ref_ms))
         rows.append(f"{name:36s} {km:7.3f} ms {flops / km / 1e9:6.1f} TF/s {100 * bm / km:5.1f}% "
-                    f"of cuBLAS alongside ({bm:.3f} ms, range {min(ref_ms):.3f}-{max(ref_ms):.3f})")
+                    f"of cuBLAS alongside ({bm:.3f} ms, range {min(ref_ms):.3f}-{max(ref_ms):.3f}) "
+                    f"regs={getattr(k, 'num_regs', '?')}")
         print(rows[-1], flush=True)
     ok = []
 for name in ok:

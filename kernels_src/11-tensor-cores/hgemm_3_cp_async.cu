@@ -42,8 +42,12 @@ typedef __half in_t;  // A and B in fp16
 #ifndef GROUP_M
 #define GROUP_M 0
 #endif
-#ifndef MIN_BLOCKS  // blocks per SM the compiler must leave room for (registers <= 255)
-#define MIN_BLOCKS 1  // 2: at most 128 registers, so two 128 x 128 blocks share an SM
+#ifndef MIN_BLOCKS  // blocks per SM whose registers must fit (65536 / (256 MIN_BLOCKS) each)
+#if BN == 128 && !defined(FRAG_DBUF)
+#define MIN_BLOCKS 2  // 128 x 128 fits in 128 registers: two blocks share an SM
+#else
+#define MIN_BLOCKS 1  // up to 255 registers: 64 x 64 warp tiles need ~230
+#endif
 #endif
 #define WN (BN / 4)  // the warp tile is 64 x WN: WN / 8 mma tiles across
 #define KS (BK / 16)  // k16 slices per K step
@@ -88,19 +92,21 @@ hgemm_3_cp_async(int M, int N, int K, const in_t* __restrict__ A,
     const int steps = K / BK;
     float acc[4][WN / 8][4] = {};
 
-    // issue the copies of K step `step` into slot step % STAGES (16-byte chunks; a
-    // constant trip count, so the loop unrolls and the addresses are mostly constants)
-    auto load = [&](int step) {
+    // this thread's 16-byte chunks: A rows ra + RA i at column ka, B rows kb + RB i at
+    // column nb (in loops of constant trip count, which unroll)
+    const int ra = tid / (BK / 8), ka = tid % (BK / 8) * 8, RA = 256 / (BK / 8);
+    const int kb = tid / (BN / 8), nb = tid % (BN / 8) * 8, RB = 256 / (BN / 8);
+    auto load = [&](int step) {  // the copies of K step `step` into slot step % STAGES
         const int s = step % STAGES, k0 = step * BK;
 #pragma unroll
-        for (int i = 0; i < BM * BK / 8 / 256; i++) {
-            int c = tid + 256 * i, r = c / (BK / 8), k = (c % (BK / 8)) * 8;
-            copy16(&As[s * BM * BK + a_off(r, k)], &A[(size_t)(row0 + r) * K + k0 + k]);
+        for (int i = 0; i < BM / RA; i++) {
+            int r = ra + RA * i;
+            copy16(&As[s * BM * BK + a_off(r, ka)], &A[(size_t)(row0 + r) * K + k0 + ka]);
         }
 #pragma unroll
-        for (int i = 0; i < BK * BN / 8 / 256; i++) {
-            int c = tid + 256 * i, kb = c / (BN / 8), n = (c % (BN / 8)) * 8;
-            copy16(&Bs[s * BK * BN + b_off(kb, n)], &B[(size_t)(k0 + kb) * N + col0 + n]);
+        for (int i = 0; i < BK / RB; i++) {
+            int k = kb + RB * i;
+            copy16(&Bs[s * BK * BN + b_off(k, nb)], &B[(size_t)(k0 + k) * N + col0 + nb]);
         }
     };
     // the warp's fragments of k16 slice `kk` of slot `s`: A 64 x 16, B 16 x WN
