@@ -34,7 +34,7 @@ parser.add_argument("--sweep", action="store_true", help="time every tuning vari
 parser.add_argument("--side", action="store_true",
                     help="only the chapter's picks, alternating with cuBLAS (5 rounds, medians)")
 parser.add_argument("--tune", action="store_true",
-                    help="only kernels 1 and 3's tuning variants, alternating with cuBLAS (5 rounds), "
+                    help="only kernels 1 and 3's tuning variants, alternating with cuBLAS (3 rounds), "
                          "and the rate of mma.sync alone (mma_peak.cu)")
 ARGS = parser.parse_args()
 if ARGS.tune:
@@ -60,13 +60,16 @@ if ARGS.tune:  # kernel 3: the unrolled copies, FRAG_DBUF, warp tile 64 x 64 (BN
                                                 "-DDOUBLE_BUFFER"))
     VARIANTS["1 wmma 128x256"] = ("hgemm_1_wmma", "hgemm_1_wmma", 256, (128, 256, 32),
                                   ("-DBM=128", "-DBN=256", "-DWARPS_N=4"))
+    VARIANTS["1 wmma 128x128 k64"] = ("hgemm_1_wmma", "hgemm_1_wmma", 256, (128, 128, 64),
+                                      (*W128, "-DBK=64"))
+    VARIANTS["1 wmma 128x128 4 warps k64"] = ("hgemm_1_wmma", "hgemm_1_wmma", 128, (128, 128, 64),
+                                              ("-DBM=128", "-DBN=128", "-DWARPS_N=2", "-DBK=64"))
     for bn, bk, st, extra in ((128, 32, 3, ()), (128, 32, 3, ("MIN_BLOCKS=1",)), (256, 32, 3, ()),
                               (256, 64, 4, ()), (128, 32, 3, ("FRAG_DBUF",)),
                               (128, 32, 4, ("FRAG_DBUF",)), (128, 64, 3, ("FRAG_DBUF",)),
                               (128, 32, 3, ("FRAG_DBUF", "MIN_BLOCKS=2")),
-                              (256, 32, 2, ("FRAG_DBUF",)), (256, 32, 3, ("FRAG_DBUF",)),
-                              (256, 32, 4, ("FRAG_DBUF",)), (256, 64, 3, ("FRAG_DBUF",)),
-                              (256, 32, 3, ("FRAG_DBUF", "GROUP_M=8")),
+                              (256, 32, 3, ("FRAG_DBUF",)), (256, 32, 4, ("FRAG_DBUF",)),
+                              (256, 64, 3, ("FRAG_DBUF",)), (256, 32, 3, ("FRAG_DBUF", "GROUP_M=8")),
                               (256, 32, 4, ("FRAG_DBUF", "GROUP_M=8"))):
         label = " ".join(e.lower().replace("_", "").replace("=", "") for e in extra)
         VARIANTS[f"3 {bn} k{bk} s{st} {label}".rstrip()] = (
@@ -207,13 +210,13 @@ rows.append(f"{'cuBLAS fp16 out (torch.matmul)':36s} {t_blas16.ms:7.3f} ms {t_bl
             f"{100 * t_blas.ms / t_blas16.ms:5.1f}%")
 a, b = cudl.xp.asarray(a16), cudl.xp.asarray(b16)
 c = cudl.xp.empty((n, n), dtype=np.float32)
-if ARGS.side:  # each kernel and cuBLAS in turn, 5 rounds; medians
+if ARGS.side:  # each kernel and cuBLAS in turn, 5 rounds (3 with --tune); medians
     def blas():
         return torch.mm(a16, b16, out_dtype=torch.float32)
     for name in ok:
         k, run = launcher(name, n, n, n, a, b, c)
         mine, ref_ms = [], []
-        for _ in range(5):
+        for _ in range(3 if ARGS.tune else 5):
             ref_ms.append(cudl.bench(blas, flops=flops, compute="fp16", rep_ms=40).ms)
             mine.append(cudl.bench(run, flops=flops, compute="fp16", rep_ms=40).ms)
         km, bm = float(np.median(mine)), float(np.median(ref_ms))

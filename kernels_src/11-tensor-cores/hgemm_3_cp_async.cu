@@ -42,7 +42,7 @@ typedef __half in_t;  // A and B in fp16
 #ifndef GROUP_M
 #define GROUP_M 0
 #endif
-#ifndef MIN_BLOCKS  // blocks per SM whose registers must fit (65536 / (256 MIN_BLOCKS) each)
+#ifndef MIN_BLOCKS  // blocks per SM whose registers must fit (__launch_bounds__)
 #if BN == 128 && !defined(FRAG_DBUF)
 #define MIN_BLOCKS 2  // 128 x 128 fits in 128 registers: two blocks share an SM
 #else

@@ -101,11 +101,14 @@ def test_hgemm_1_wmma_128_tile():
     (("-DDOUBLE_BUFFER",), 128, (64, 64)),
     (("-DDOUBLE_BUFFER", "-DBM=128", "-DBN=128", "-DWARPS_N=4"), 256, (128, 128)),
     (("-DBM=128", "-DBN=256", "-DWARPS_N=4"), 256, (128, 256)),
-    (("-DDOUBLE_BUFFER", "-DBM=128", "-DBN=128", "-DWARPS_N=2"), 128, (128, 128))])
+    (("-DDOUBLE_BUFFER", "-DBM=128", "-DBN=128", "-DWARPS_N=2"), 128, (128, 128)),
+    (("-DBK=64", "-DBM=128", "-DBN=128", "-DWARPS_N=2"), 128, (128, 128)),
+    (("-DBK=64", "-DDOUBLE_BUFFER"), 128, (64, 64))])
 def test_hgemm_1_wmma_variants(opts, threads, tile):
-    """The WMMA variants of the GPU sweep: double-buffered tiles (one barrier per step), and warp tiles
-    of 64 x 64 (8 warps on 128 x 256, 4 on 128 x 128)."""
-    err = relative_error("hgemm_1_wmma", 256, 512, 160, opts, bn=tile[1], launch=(threads, tile, 32))
+    """The WMMA variants of the GPU sweep: double-buffered tiles (one barrier per step), warp tiles
+    of 64 x 64 (8 warps on 128 x 256, 4 on 128 x 128), and K steps of 64."""
+    bk = 64 if "-DBK=64" in opts else 32
+    err = relative_error("hgemm_1_wmma", 256, 512, 3 * bk, opts, bn=tile[1], launch=(threads, tile, bk))
     assert err < TOL, f"{opts}: relative error {err:.2e}"
 
 
