@@ -34,7 +34,7 @@ parser.add_argument("--sweep", action="store_true", help="time every tuning vari
 parser.add_argument("--side", action="store_true",
                     help="only the chapter's picks, alternating with cuBLAS (5 rounds, medians)")
 parser.add_argument("--tune", action="store_true",
-                    help="only kernels 1 and 3's tuning variants, alternating with cuBLAS (3 rounds), "
+                    help="only kernels 1 and 3's tuning variants, alternating with cuBLAS (5 rounds), "
                          "and the rate of mma.sync alone (mma_peak.cu)")
 ARGS = parser.parse_args()
 if ARGS.tune:
@@ -52,25 +52,20 @@ VARIANTS: dict[str, tuple] = {
     "2 mma+ldmatrix": ("hgemm_2_mma_ldmatrix", "hgemm_2_mma_ldmatrix", 256, (128, 128, 32), ()),
     "3 cp.async 128 s3": ("hgemm_3_cp_async", "hgemm_3_cp_async", 256, (128, 128, 32), ()),
 }
-if ARGS.tune:  # kernel 3: the unrolled copies, FRAG_DBUF, warp tile 64 x 64 (BN=256), bands
-    VARIANTS = {"1 wmma 128x128 dbuf": ("hgemm_1_wmma", "hgemm_1_wmma", 256, (128, 128, 32),
-                                        (*W128, "-DDOUBLE_BUFFER"))}
-    VARIANTS["1 wmma 128x128 4 warps dbuf"] = ("hgemm_1_wmma", "hgemm_1_wmma", 128, (128, 128, 32),
-                                               ("-DBM=128", "-DBN=128", "-DWARPS_N=2",
-                                                "-DDOUBLE_BUFFER"))
-    VARIANTS["1 wmma 128x256"] = ("hgemm_1_wmma", "hgemm_1_wmma", 256, (128, 256, 32),
-                                  ("-DBM=128", "-DBN=256", "-DWARPS_N=4"))
-    VARIANTS["1 wmma 128x128 k64"] = ("hgemm_1_wmma", "hgemm_1_wmma", 256, (128, 128, 64),
-                                      (*W128, "-DBK=64"))
-    VARIANTS["1 wmma 128x128 4 warps k64"] = ("hgemm_1_wmma", "hgemm_1_wmma", 128, (128, 128, 64),
-                                              ("-DBM=128", "-DBN=128", "-DWARPS_N=2", "-DBK=64"))
-    for bn, bk, st, extra in ((128, 32, 3, ()), (128, 32, 3, ("MIN_BLOCKS=1",)), (256, 32, 3, ()),
-                              (256, 64, 4, ()), (128, 32, 3, ("FRAG_DBUF",)),
-                              (128, 32, 4, ("FRAG_DBUF",)), (128, 64, 3, ("FRAG_DBUF",)),
-                              (128, 32, 3, ("FRAG_DBUF", "MIN_BLOCKS=2")),
-                              (256, 32, 3, ("FRAG_DBUF",)), (256, 32, 4, ("FRAG_DBUF",)),
-                              (256, 64, 3, ("FRAG_DBUF",)), (256, 32, 3, ("FRAG_DBUF", "GROUP_M=8")),
-                              (256, 32, 4, ("FRAG_DBUF", "GROUP_M=8"))):
+if ARGS.tune:  # round 2: the best builds of round 1 (H100), 64 x 64 warp tiles and K steps of 64
+    W4 = ("-DBM=128", "-DBN=128", "-DWARPS_N=2")  # 4 warps of 64 x 64, two blocks per SM
+    VARIANTS = {
+        "1 wmma 128x128 dbuf": ("hgemm_1_wmma", "hgemm_1_wmma", 256, (128, 128, 32),
+                                (*W128, "-DDOUBLE_BUFFER")),
+        "1 wmma 128x128 4 warps dbuf": ("hgemm_1_wmma", "hgemm_1_wmma", 128, (128, 128, 32),
+                                        (*W4, "-DDOUBLE_BUFFER")),
+        "1 wmma 128x128 4 warps k64": ("hgemm_1_wmma", "hgemm_1_wmma", 128, (128, 128, 64),
+                                       (*W4, "-DBK=64")),
+    }
+    for bn, bk, st, extra in ((128, 32, 3, ()), (256, 64, 3, ()), (256, 64, 4, ()),
+                              (256, 32, 4, ("FRAG_DBUF",)), (256, 64, 2, ("FRAG_DBUF",)),
+                              (256, 64, 3, ("FRAG_DBUF",)), (256, 64, 4, ("FRAG_DBUF",)),
+                              (128, 64, 4, ("FRAG_DBUF",))):
         label = " ".join(e.lower().replace("_", "").replace("=", "") for e in extra)
         VARIANTS[f"3 {bn} k{bk} s{st} {label}".rstrip()] = (
             "hgemm_3_cp_async", "hgemm_3_cp_async", 256, (128, bn, bk),
@@ -171,7 +166,7 @@ def rel_err(name, M, N, K):
 print(cudl.gpu_name(), "cc", cc, "SMs", SMS, "variants", len(VARIANTS), flush=True)
 if ARGS.tune:  # the rate of mma.sync alone: warps with no memory traffic (mma_peak.cu)
     peak = cudl.load(f"{D}/mma_peak.cu", "mma_peak")
-    for per_sm, chains in ((1, 8), (2, 8), (4, 8), (2, 16)):
+    for per_sm, chains in ((1, 8), (2, 8)):
         if chains != 8:
             peak = cudl.load(f"{D}/mma_peak.cu", "mma_peak", options=(f"-DCHAINS={chains}",))
         blocks, iters = SMS * per_sm, 4096
@@ -210,13 +205,13 @@ rows.append(f"{'cuBLAS fp16 out (torch.matmul)':36s} {t_blas16.ms:7.3f} ms {t_bl
             f"{100 * t_blas.ms / t_blas16.ms:5.1f}%")
 a, b = cudl.xp.asarray(a16), cudl.xp.asarray(b16)
 c = cudl.xp.empty((n, n), dtype=np.float32)
-if ARGS.side:  # each kernel and cuBLAS in turn, 5 rounds (3 with --tune); medians
+if ARGS.side:  # each kernel and cuBLAS in turn, 5 rounds; medians
     def blas():
         return torch.mm(a16, b16, out_dtype=torch.float32)
     for name in ok:
         k, run = launcher(name, n, n, n, a, b, c)
         mine, ref_ms = [], []
-        for _ in range(3 if ARGS.tune else 5):
+        for _ in range(5):
             ref_ms.append(cudl.bench(blas, flops=flops, compute="fp16", rep_ms=40).ms)
             mine.append(cudl.bench(run, flops=flops, compute="fp16", rep_ms=40).ms)
         km, bm = float(np.median(mine)), float(np.median(ref_ms))

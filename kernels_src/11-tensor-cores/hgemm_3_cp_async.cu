@@ -109,26 +109,35 @@ hgemm_3_cp_async(int M, int N, int K, const in_t* __restrict__ A,
             copy16(&Bs[s * BK * BN + b_off(k, nb)], &B[(size_t)(k0 + k) * N + col0 + nb]);
         }
     };
+    // Each lane's ldmatrix addresses, computed once (bytes in the shared window) for
+    // slice 0 of slot 0: A row wm + lane % 16 at k = 8 (lane / 16) (lanes 16-31 give the
+    // k + 8 half), B row lane % 16. A slot or a block of 16 rows adds a constant. Slice
+    // kk of B is 16 kk rows further; slice kk of A is chunk 2 kk + c (c = lane / 16) of
+    // the same row, stored by the swizzle at (2 kk + c) ^ x = 2 kk ^ (c ^ x): at the
+    // address of slice 0 XOR 32 kk bytes. Fewer registers than an address per slice.
+    const unsigned a0 = smem_addr(&As[a_off(wm + lane % 16, (lane / 16) * 8)]);
+    unsigned b0[WN / 16];
+#pragma unroll
+    for (int j = 0; j < WN / 8; j += 2)
+        b0[j / 2] = smem_addr(&Bs[b_off(lane % 16, wn + 8 * j + (lane / 16) * 8)]);
     // the warp's fragments of k16 slice `kk` of slot `s`: A 64 x 16, B 16 x WN
     auto fragments = [&](int s, int kk, unsigned (&a)[4][4], unsigned (&b)[WN / 8][2]) {
-        const in_t* as = As + s * BM * BK;
-        const in_t* bs = Bs + s * BK * BN;
 #pragma unroll
-        for (int i = 0; i < 4; i++) {  // lanes 0-15: rows at k, lanes 16-31: at k + 8
-            int r = wm + 16 * i + lane % 16, k = 16 * kk + (lane / 16) * 8;
+        for (int i = 0; i < 4; i++) {  // rows 16 i further: 16 i BK halves
+            unsigned p = (a0 + 2 * (s * BM * BK + 16 * i * BK)) ^ (32 * kk);
             asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 "
                          "{%0,%1,%2,%3}, [%4];\n"
                          : "=r"(a[i][0]), "=r"(a[i][1]), "=r"(a[i][2]), "=r"(a[i][3])
-                         : "r"(smem_addr(&as[a_off(r, k)])));
+                         : "r"(p));
         }
 #pragma unroll
         for (int j = 0; j < WN / 8; j += 2) {  // two 8-wide column tiles per x4
-            int k = 16 * kk + lane % 16, n = wn + 8 * j + (lane / 16) * 8;
+            unsigned p = b0[j / 2] + 2 * (s * BK * BN + 16 * kk * BN);
             asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 "
                          "{%0,%1,%2,%3}, [%4];\n"
                          : "=r"(b[j][0]), "=r"(b[j][1]), "=r"(b[j + 1][0]),
                            "=r"(b[j + 1][1])
-                         : "r"(smem_addr(&bs[b_off(k, n)])));
+                         : "r"(p));
         }
     };
     auto multiply = [&](const unsigned (&a)[4][4], const unsigned (&b)[WN / 8][2]) {
