@@ -70,6 +70,10 @@ if ARGS.tune:  # round 2: the best builds of round 1 (H100), 64 x 64 warp tiles 
         VARIANTS[f"3 {bn} k{bk} s{st} {label}".rstrip()] = (
             "hgemm_3_cp_async", "hgemm_3_cp_async", 256, (128, bn, bk),
             (f"-DBN={bn}", f"-DBK={bk}", f"-DSTAGES={st}", *(f"-D{e}" for e in extra)))
+    for bk, st in ((64, 3), (32, 4)):  # 4 warps of 64 x 64 on 128 x 128: two blocks per SM
+        VARIANTS[f"3 128 4 warps k{bk} s{st} fragdbuf"] = (
+            "hgemm_3_cp_async", "hgemm_3_cp_async", 128, (128, 128, bk),
+            ("-DBN=128", "-DWARPS_N=2", f"-DBK={bk}", f"-DSTAGES={st}", "-DFRAG_DBUF"))
 if SWEEP:
     VARIANTS["1 wmma 64x64 dbuf"] = ("hgemm_1_wmma", "hgemm_1_wmma", 128, (64, 64, 32),
                                      ("-DDOUBLE_BUFFER",))

@@ -1,11 +1,12 @@
 // hgemm_3_cp_async: hgemm_2_mma_ldmatrix (mma.sync + ldmatrix from XOR-swizzled shared
-// memory, a 128 x BN tile per block of 8 warps, each warp 64 x BN / 4; __half in, float
-// out, fp32 accumulate, row-major A M x K, B K x N, C M x N) with a STAGES-deep pipeline
-// of asynchronous copies. cp.async (sm_80+) moves 16 bytes from global to shared memory
-// without passing through registers; the copies of one K step form a commit_group. While
-// the warps multiply the tiles of step k, the copies of steps k + 1 ... k + STAGES - 1
-// are in flight; wait_group STAGES - 2 retires the oldest group only, then one barrier
-// makes its tile visible to the block and frees the slot read in the previous step.
+// memory, a 128 x BN tile per block of 2 x WARPS_N warps, each warp 64 x BN / WARPS_N;
+// __half in, float out, fp32 accumulate, row-major A M x K, B K x N, C M x N) with a
+// STAGES-deep pipeline of asynchronous copies. cp.async (sm_80+) moves 16 bytes from
+// global to shared memory without passing through registers; the copies of one K step
+// form a commit_group. While the warps multiply the tiles of step k, the copies of steps
+// k + 1 ... k + STAGES - 1 are in flight; wait_group STAGES - 2 retires the oldest group
+// only, then one barrier makes its tile visible to the block and frees the slot read in
+// the previous step.
 // sm_75 (T4): m16n8k8 and plain 16-byte copies in the same slot order (the pipeline then
 // hides nothing; define HGEMM_SM75 to force that path on any GPU, e.g. in a test).
 // -DHGEMM_BF16: A and B in bf16 (sm_80+ only), as in hgemm_2.
@@ -15,9 +16,11 @@
 // k16 slice with ldmatrix (the next step's first slice across a step boundary) before
 // it issues the mma of this one, so the Tensor Cores do not wait for ldmatrix or the
 // barrier. -DGROUP_M=8: blocks walk C in bands of 8 tile rows (L2 reuse, as kernel 5).
+// -DWARPS_N=2 with BN=128: 4 warps of 64 x 64 per block, so two blocks share an SM.
 // Limit: mma.sync's register-fed operands and a plain epilogue: the chapter's target is
 // 60% of cuBLAS at 4096^3 on the H100 (cuBLAS adds wgmma and TMA).
-// Launch: block 256, grid (N / BN, M / 128), shared_mem = STAGES * (128 + BN) * BK * 2.
+// Launch: block THREADS (64 WARPS_N, default 256), grid (N / BN, M / 128),
+// shared_mem = STAGES * (128 + BN) * BK * 2.
 // Requires M a multiple of 128, N of BN, K of BK (no bounds checks); 16-byte alignment.
 
 #include <cuda_fp16.h>
@@ -49,7 +52,11 @@ typedef __half in_t;  // A and B in fp16
 #define MIN_BLOCKS 1  // up to 255 registers: 64 x 64 warp tiles need ~230
 #endif
 #endif
-#define WN (BN / 4)  // the warp tile is 64 x WN: WN / 8 mma tiles across
+#ifndef WARPS_N
+#define WARPS_N 4  // warps across the tile (2 down)
+#endif
+#define THREADS (64 * WARPS_N)
+#define WN (BN / WARPS_N)  // the warp tile is 64 x WN: WN / 8 mma tiles across
 #define KS (BK / 16)  // k16 slices per K step
 
 #if __CUDA_ARCH__ >= 800 && !defined(HGEMM_SM75)
@@ -74,14 +81,14 @@ __device__ __forceinline__ int b_off(int k, int n) {
 __device__ __forceinline__ void commit() { cp_async_commit(); }
 __device__ __forceinline__ void wait_oldest() { cp_async_wait<STAGES - 2>(); }
 
-extern "C" __global__ void __launch_bounds__(256, MIN_BLOCKS)
+extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
 hgemm_3_cp_async(int M, int N, int K, const in_t* __restrict__ A,
                  const in_t* __restrict__ B, float* __restrict__ C) {
     extern __shared__ __align__(128) in_t smem[];
     in_t* As = smem;                     // STAGES tiles of BM x BK
     in_t* Bs = smem + STAGES * BM * BK;  // STAGES tiles of BK x BN
     const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
-    const int wm = (warp / 4) * 64, wn = (warp % 4) * WN;  // the warp's 64 x WN tile
+    const int wm = (warp / WARPS_N) * 64, wn = (warp % WARPS_N) * WN;  // its 64 x WN
 #if GROUP_M > 0  // block t takes tile (tm, tn): column by column within a band of rows
     const int t = blockIdx.y * gridDim.x + blockIdx.x, band = GROUP_M * gridDim.x;
     const int first = t / band * GROUP_M, rows = min((int)gridDim.y - first, GROUP_M);
@@ -94,8 +101,8 @@ hgemm_3_cp_async(int M, int N, int K, const in_t* __restrict__ A,
 
     // this thread's 16-byte chunks: A rows ra + RA i at column ka, B rows kb + RB i at
     // column nb (in loops of constant trip count, which unroll)
-    const int ra = tid / (BK / 8), ka = tid % (BK / 8) * 8, RA = 256 / (BK / 8);
-    const int kb = tid / (BN / 8), nb = tid % (BN / 8) * 8, RB = 256 / (BN / 8);
+    const int ra = tid / (BK / 8), ka = tid % (BK / 8) * 8, RA = THREADS / (BK / 8);
+    const int kb = tid / (BN / 8), nb = tid % (BN / 8) * 8, RB = THREADS / (BN / 8);
     auto load = [&](int step) {  // the copies of K step `step` into slot step % STAGES
         const int s = step % STAGES, k0 = step * BK;
 #pragma unroll

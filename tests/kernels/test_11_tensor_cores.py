@@ -151,6 +151,14 @@ def test_hgemm_3_frag_dbuf(opts, shape, bn):
     assert err < TOL, f"{opts} {shape}: relative error {err:.2e}"
 
 
+@pytest.mark.parametrize("opts,bk", [(("-DWARPS_N=2",), 32), (("-DWARPS_N=2", "-DFRAG_DBUF"), 32),
+                                     (("-DWARPS_N=2", "-DFRAG_DBUF", "-DBK=64", "-DSTAGES=2"), 64)])
+def test_hgemm_3_four_warps(opts, bk):
+    """Kernel 3 with 4 warps of 64 x 64 on a 128 x 128 tile (a block of 128 threads)."""
+    err = relative_error("hgemm_3_cp_async", 256, 256, 3 * bk, opts, launch=(128, (128, 128), bk))
+    assert err < TOL, f"{opts}: relative error {err:.2e}"
+
+
 def test_hgemm_3_frag_dbuf_bf16():
     err = relative_error("hgemm_3_cp_async", 128, 256, 96, (*BF16, "-DFRAG_DBUF"), bf16=True)
     assert err < TOL_BF16, f"relative error {err:.2e}"
