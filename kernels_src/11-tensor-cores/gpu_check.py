@@ -52,25 +52,20 @@ VARIANTS: dict[str, tuple] = {
     "2 mma+ldmatrix": ("hgemm_2_mma_ldmatrix", "hgemm_2_mma_ldmatrix", 256, (128, 128, 32), ()),
     "3 cp.async 128 s3": ("hgemm_3_cp_async", "hgemm_3_cp_async", 256, (128, 128, 32), ()),
 }
-if ARGS.tune:  # round 2: the best builds of round 1 (H100), 64 x 64 warp tiles and K steps of 64
+if ARGS.tune:  # round 3: the best builds of rounds 1-2 (H100) again, and their neighbours
     W4 = ("-DBM=128", "-DBN=128", "-DWARPS_N=2")  # 4 warps of 64 x 64, two blocks per SM
     VARIANTS = {
-        "1 wmma 128x128 dbuf": ("hgemm_1_wmma", "hgemm_1_wmma", 256, (128, 128, 32),
-                                (*W128, "-DDOUBLE_BUFFER")),
-        "1 wmma 128x128 4 warps dbuf": ("hgemm_1_wmma", "hgemm_1_wmma", 128, (128, 128, 32),
-                                        (*W4, "-DDOUBLE_BUFFER")),
         "1 wmma 128x128 4 warps k64": ("hgemm_1_wmma", "hgemm_1_wmma", 128, (128, 128, 64),
                                        (*W4, "-DBK=64")),
     }
-    for bn, bk, st, extra in ((128, 32, 3, ()), (256, 64, 3, ()), (256, 64, 4, ()),
-                              (256, 32, 4, ("FRAG_DBUF",)), (256, 64, 2, ("FRAG_DBUF",)),
-                              (256, 64, 3, ("FRAG_DBUF",)), (256, 64, 4, ("FRAG_DBUF",)),
-                              (128, 64, 4, ("FRAG_DBUF",))):
+    for bn, bk, st, extra in ((256, 64, 4, ()), (256, 32, 4, ("FRAG_DBUF",)),
+                              (256, 32, 6, ("FRAG_DBUF",)), (256, 64, 3, ("FRAG_DBUF",)),
+                              (256, 64, 4, ("FRAG_DBUF",)), (256, 64, 4, ("FRAG_DBUF", "GROUP_M=8"))):
         label = " ".join(e.lower().replace("_", "").replace("=", "") for e in extra)
         VARIANTS[f"3 {bn} k{bk} s{st} {label}".rstrip()] = (
             "hgemm_3_cp_async", "hgemm_3_cp_async", 256, (128, bn, bk),
             (f"-DBN={bn}", f"-DBK={bk}", f"-DSTAGES={st}", *(f"-D{e}" for e in extra)))
-    for bk, st in ((64, 3), (32, 4)):  # 4 warps of 64 x 64 on 128 x 128: two blocks per SM
+    for bk, st in ((64, 3), (32, 6)):  # 4 warps of 64 x 64 on 128 x 128: two blocks per SM
         VARIANTS[f"3 128 4 warps k{bk} s{st} fragdbuf"] = (
             "hgemm_3_cp_async", "hgemm_3_cp_async", 128, (128, 128, bk),
             ("-DBN=128", "-DWARPS_N=2", f"-DBK={bk}", f"-DSTAGES={st}", "-DFRAG_DBUF"))
@@ -93,6 +88,16 @@ if SWEEP:
             VARIANTS[f"3 cp.async {bn} k{bk} s{st}"] = (
                 "hgemm_3_cp_async", "hgemm_3_cp_async", 256, (128, bn, bk),
                 (f"-DBN={bn}", f"-DBK={bk}", f"-DSTAGES={st}"))
+            # and with the fragments one slice ahead (FRAG_DBUF)
+            VARIANTS[f"3 cp.async {bn} k{bk} s{st} fragdbuf"] = (
+                "hgemm_3_cp_async", "hgemm_3_cp_async", 256, (128, bn, bk),
+                (f"-DBN={bn}", f"-DBK={bk}", f"-DSTAGES={st}", "-DFRAG_DBUF"))
+    for bk, st in ((32, 4), (32, 6), (64, 3)):  # 4 warps of 64 x 64: two blocks per SM
+        VARIANTS[f"3 cp.async 128 4 warps k{bk} s{st} fragdbuf"] = (
+            "hgemm_3_cp_async", "hgemm_3_cp_async", 128, (128, 128, bk),
+            ("-DBN=128", "-DWARPS_N=2", f"-DBK={bk}", f"-DSTAGES={st}", "-DFRAG_DBUF"))
+    VARIANTS["1 wmma 128x128 4 warps k64"] = ("hgemm_1_wmma", "hgemm_1_wmma", 128, (128, 128, 64),
+                                              ("-DBM=128", "-DBN=128", "-DWARPS_N=2", "-DBK=64"))
 if ARGS.side:
     VARIANTS["1 wmma 128x128 dbuf"] = ("hgemm_1_wmma", "hgemm_1_wmma", 256, (128, 128, 32),
                                        (*W128, "-DDOUBLE_BUFFER"))
