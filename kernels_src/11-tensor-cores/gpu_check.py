@@ -51,6 +51,9 @@ VARIANTS: dict[str, tuple] = {
     "1 wmma 128x128": ("hgemm_1_wmma", "hgemm_1_wmma", 256, (128, 128, 32), W128),
     "2 mma+ldmatrix": ("hgemm_2_mma_ldmatrix", "hgemm_2_mma_ldmatrix", 256, (128, 128, 32), ()),
     "3 cp.async 128 s3": ("hgemm_3_cp_async", "hgemm_3_cp_async", 256, (128, 128, 32), ()),
+    # the chapter's pick on the H100 (rounds of 2026-11-25): 64 x 64 warp tiles, fragments ahead
+    "3 cp.async 256 k64 s4 fragdbuf": ("hgemm_3_cp_async", "hgemm_3_cp_async", 256, (128, 256, 64),
+                                       ("-DBN=256", "-DBK=64", "-DSTAGES=4", "-DFRAG_DBUF")),
 }
 if ARGS.tune:  # round 3: the best builds of rounds 1-2 (H100) again, and their neighbours
     W4 = ("-DBM=128", "-DBN=128", "-DWARPS_N=2")  # 4 warps of 64 x 64, two blocks per SM
