@@ -6,6 +6,10 @@ same process.
     python3 kernels_src/11-tensor-cores/gpu_check.py --sweep   # and every tuning variant (-D flags)
     python3 kernels_src/11-tensor-cores/gpu_check.py --side    # the chapter's picks, each timed in
                                                                # turn with cuBLAS (clocks drift)
+    python3 kernels_src/11-tensor-cores/gpu_check.py --tune    # only kernels 1 and 3's variants
+                                                               # (fragment double buffering, warp
+                                                               # tiles, bands), alternating with
+                                                               # cuBLAS, and mma.sync's own peak
 
 Each variant is first checked on three shapes (fresh random fp16 inputs, NaN-poisoned C, relative error
 by norm vs float64 < 1e-3); only the correct ones are timed. Prints a table last: ms, TFLOP/s, % of
@@ -29,7 +33,12 @@ parser = argparse.ArgumentParser()
 parser.add_argument("--sweep", action="store_true", help="time every tuning variant too")
 parser.add_argument("--side", action="store_true",
                     help="only the chapter's picks, alternating with cuBLAS (5 rounds, medians)")
+parser.add_argument("--tune", action="store_true",
+                    help="only kernels 1 and 3's tuning variants, alternating with cuBLAS (5 rounds), "
+                         "and the rate of mma.sync alone (mma_peak.cu)")
 ARGS = parser.parse_args()
+if ARGS.tune:
+    ARGS.side = True
 SWEEP = ARGS.sweep
 cc = torch.cuda.get_device_capability()
 SMS = torch.cuda.get_device_properties(0).multi_processor_count
@@ -42,7 +51,27 @@ VARIANTS: dict[str, tuple] = {
     "1 wmma 128x128": ("hgemm_1_wmma", "hgemm_1_wmma", 256, (128, 128, 32), W128),
     "2 mma+ldmatrix": ("hgemm_2_mma_ldmatrix", "hgemm_2_mma_ldmatrix", 256, (128, 128, 32), ()),
     "3 cp.async 128 s3": ("hgemm_3_cp_async", "hgemm_3_cp_async", 256, (128, 128, 32), ()),
+    # the chapter's pick on the H100 (rounds of 2026-11-25): 64 x 64 warp tiles, fragments ahead
+    "3 cp.async 256 k64 s4 fragdbuf": ("hgemm_3_cp_async", "hgemm_3_cp_async", 256, (128, 256, 64),
+                                       ("-DBN=256", "-DBK=64", "-DSTAGES=4", "-DFRAG_DBUF")),
 }
+if ARGS.tune:  # round 3: the best builds of rounds 1-2 (H100) again, and their neighbours
+    W4 = ("-DBM=128", "-DBN=128", "-DWARPS_N=2")  # 4 warps of 64 x 64, two blocks per SM
+    VARIANTS = {
+        "1 wmma 128x128 4 warps k64": ("hgemm_1_wmma", "hgemm_1_wmma", 128, (128, 128, 64),
+                                       (*W4, "-DBK=64")),
+    }
+    for bn, bk, st, extra in ((256, 64, 4, ()), (256, 32, 4, ("FRAG_DBUF",)),
+                              (256, 32, 6, ("FRAG_DBUF",)), (256, 64, 3, ("FRAG_DBUF",)),
+                              (256, 64, 4, ("FRAG_DBUF",)), (256, 64, 4, ("FRAG_DBUF", "GROUP_M=8"))):
+        label = " ".join(e.lower().replace("_", "").replace("=", "") for e in extra)
+        VARIANTS[f"3 {bn} k{bk} s{st} {label}".rstrip()] = (
+            "hgemm_3_cp_async", "hgemm_3_cp_async", 256, (128, bn, bk),
+            (f"-DBN={bn}", f"-DBK={bk}", f"-DSTAGES={st}", *(f"-D{e}" for e in extra)))
+    for bk, st in ((64, 3), (32, 6)):  # 4 warps of 64 x 64 on 128 x 128: two blocks per SM
+        VARIANTS[f"3 128 4 warps k{bk} s{st} fragdbuf"] = (
+            "hgemm_3_cp_async", "hgemm_3_cp_async", 128, (128, 128, bk),
+            ("-DBN=128", "-DWARPS_N=2", f"-DBK={bk}", f"-DSTAGES={st}", "-DFRAG_DBUF"))
 if SWEEP:
     VARIANTS["1 wmma 64x64 dbuf"] = ("hgemm_1_wmma", "hgemm_1_wmma", 128, (64, 64, 32),
                                      ("-DDOUBLE_BUFFER",))
@@ -62,10 +91,20 @@ if SWEEP:
             VARIANTS[f"3 cp.async {bn} k{bk} s{st}"] = (
                 "hgemm_3_cp_async", "hgemm_3_cp_async", 256, (128, bn, bk),
                 (f"-DBN={bn}", f"-DBK={bk}", f"-DSTAGES={st}"))
+            # and with the fragments one slice ahead (FRAG_DBUF)
+            VARIANTS[f"3 cp.async {bn} k{bk} s{st} fragdbuf"] = (
+                "hgemm_3_cp_async", "hgemm_3_cp_async", 256, (128, bn, bk),
+                (f"-DBN={bn}", f"-DBK={bk}", f"-DSTAGES={st}", "-DFRAG_DBUF"))
+    for bk, st in ((32, 4), (32, 6), (64, 3)):  # 4 warps of 64 x 64: two blocks per SM
+        VARIANTS[f"3 cp.async 128 4 warps k{bk} s{st} fragdbuf"] = (
+            "hgemm_3_cp_async", "hgemm_3_cp_async", 128, (128, 128, bk),
+            ("-DBN=128", "-DWARPS_N=2", f"-DBK={bk}", f"-DSTAGES={st}", "-DFRAG_DBUF"))
+    VARIANTS["1 wmma 128x128 4 warps k64"] = ("hgemm_1_wmma", "hgemm_1_wmma", 128, (128, 128, 64),
+                                              ("-DBM=128", "-DBN=128", "-DWARPS_N=2", "-DBK=64"))
 if ARGS.side:
     VARIANTS["1 wmma 128x128 dbuf"] = ("hgemm_1_wmma", "hgemm_1_wmma", 256, (128, 128, 32),
                                        (*W128, "-DDOUBLE_BUFFER"))
-if cc == (9, 0):
+if cc == (9, 0) and not ARGS.tune:
     K4 = ("hgemm_4_wgmma", "hgemm_4_wgmma", 256, (128, 256, 64))
     K5 = ("hgemm_4_wgmma", "hgemm_5_wgmma_tma", 384, (128, 256, 64))
     VARIANTS["4 wgmma s4"] = (*K4, ("-DSTAGES=4", "-DIN_FLIGHT=1"))
@@ -137,6 +176,18 @@ def rel_err(name, M, N, K):
 
 
 print(cudl.gpu_name(), "cc", cc, "SMs", SMS, "variants", len(VARIANTS), flush=True)
+if ARGS.tune:  # the rate of mma.sync alone: warps with no memory traffic (mma_peak.cu)
+    peak = cudl.load(f"{D}/mma_peak.cu", "mma_peak")
+    for per_sm, chains in ((1, 8), (2, 8)):
+        if chains != 8:
+            peak = cudl.load(f"{D}/mma_peak.cu", "mma_peak", options=(f"-DCHAINS={chains}",))
+        blocks, iters = SMS * per_sm, 4096
+        out = cudl.xp.empty(blocks * 256, dtype=np.float32)
+        pf = blocks * 8 * iters * chains * 4096  # warps x mma x flops per mma
+        t = cudl.bench(lambda: peak((blocks,), 256, (iters, out)), flops=pf, compute="fp16")
+        ok_out = bool(np.isfinite(cudl.to_numpy(out)).all())
+        print(f"mma.sync alone: {per_sm} x 8 warps/SM, {chains} chains: {t.ms:.3f} ms "
+              f"{t.tflops:6.1f} TF/s{'' if ok_out else ' (NaN in out!)'}", flush=True)
 # (2560, 4096, 512): 320 tiles of 128 x 256, more than one round of a persistent grid, 20 tile rows
 # (not a multiple of GROUP_M)
 SHAPES = ((1024, 1024, 1024), (384, 768, 4096), (2560, 4096, 512))
@@ -174,7 +225,8 @@ if ARGS.side:  # each kernel and cuBLAS in turn, 5 rounds; medians
         p = cudl.bench_pair(run, blas, rounds=5, flops=flops, compute="fp16", rep_ms=40)
         km, bm, ref_ms = p.timing.ms, p.baseline.ms, p.baseline_rounds_ms
         rows.append(f"{name:36s} {km:7.3f} ms {flops / km / 1e9:6.1f} TF/s {100 * p.ratio:5.1f}% "
-                    f"of cuBLAS alongside ({bm:.3f} ms, range {min(ref_ms):.3f}-{max(ref_ms):.3f})")
+                    f"of cuBLAS alongside ({bm:.3f} ms, range {min(ref_ms):.3f}-{max(ref_ms):.3f}) "
+                    f"regs={getattr(k, 'num_regs', '?')}")
         print(rows[-1], flush=True)
     ok = []
 for name in ok:

@@ -3,14 +3,15 @@
 // row-major; A and B are __half, C is float. A block of WARPS_M x WARPS_N warps computes
 // a BM x BN tile of C (default 64 x 64 with 2 x 2 warps: each warp owns a 32 x 32
 // quarter, 2 x 2 accumulator fragments of 16 x 16; -DBM=128 -DBN=128 -DWARPS_N=4 gives 8
-// warps of 64 x 32). Per step the block stages a BM x 32 tile of A and a 32 x BN tile of
-// B in shared memory (rows padded by 8 halves against bank conflicts; 16-byte vector
-// copies), then each warp issues FM x FN x 2 mma_sync calls of 16 x 16 x 16.
+// warps of 64 x 32). Per step the block stages a BM x BK tile of A and a BK x BN tile of
+// B in shared memory (BK = 32, or -DBK=64; rows padded by 8 halves against bank
+// conflicts; 16-byte vector copies), then each warp issues FM x FN x BK / 16 mma_sync
+// calls of 16 x 16 x 16.
 // Limit: loads and math alternate (one stage, two barriers per step), the copies pass
 // through registers, and a 64 x 64 tile reuses each loaded element only 64 times: the
 // chapter's target is 40% of cuBLAS at 4096^3, far from the Tensor Core peak.
 // Launch: block 32 x WARPS_M x WARPS_N (128), grid (N / BN, M / BM). Requires M and N
-// multiples of BM and BN, K a multiple of 32 (no bounds checks); 16-byte alignment.
+// multiples of BM and BN, K a multiple of BK (no bounds checks); 16-byte alignment.
 
 #include <mma.h>
 #include <cuda_fp16.h>
@@ -30,7 +31,9 @@ using namespace nvcuda;
 #define THREADS (32 * WARPS_M * WARPS_N)
 #define FM (BM / WARPS_M / 16)  // accumulator fragments per warp, down
 #define FN (BN / WARPS_N / 16)  // and across
-#define BK 32
+#ifndef BK
+#define BK 32  // 64: half as many steps (and barriers) per product, twice the tiles
+#endif
 #define PAD 8  // halves of padding per shared row (keeps rows 16-byte aligned)
 // DOUBLE_BUFFER: two tiles of each in shared memory; the next step's tiles are read from
 // global memory into registers before this step's products and stored to the other
@@ -59,11 +62,12 @@ hgemm_1_wmma(int M, int N, int K, const __half* __restrict__ A,
         for (int j = 0; j < FN; j++) wmma::fill_fragment(acc[i][j], 0.0f);
 
     // BM x 32 halves of A and 32 x BN of B, in 16-byte chunks of 8 halves: chunk
-    // tid + THREADS i of A is row c / 4, column (c % 4) 8; of B row c / (BN / 8)
+    // chunk c = tid + THREADS i is row c / (BK / 8), column (c % (BK / 8)) 8 of A, and
+    // row c / (BN / 8) of B
     uint4 ra[CA], rb[CB];
     auto fetch = [&](int k0) {
         for (int i = 0; i < CA; i++) {
-            int c = tid + THREADS * i, r = c / 4, k = (c % 4) * 8;
+            int c = tid + THREADS * i, r = c / (BK / 8), k = (c % (BK / 8)) * 8;
             ra[i] = *reinterpret_cast<const uint4*>(&A[(size_t)(row0 + r) * K + k0 + k]);
         }
         for (int i = 0; i < CB; i++) {
@@ -74,7 +78,7 @@ hgemm_1_wmma(int M, int N, int K, const __half* __restrict__ A,
     auto stash = [&](int buf) {
         for (int i = 0; i < CA; i++) {
             int c = tid + THREADS * i;
-            *reinterpret_cast<uint4*>(&As[buf][c / 4][(c % 4) * 8]) = ra[i];
+            *reinterpret_cast<uint4*>(&As[buf][c / (BK / 8)][(c % (BK / 8)) * 8]) = ra[i];
         }
         for (int i = 0; i < CB; i++) {
             int c = tid + THREADS * i;

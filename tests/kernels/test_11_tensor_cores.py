@@ -101,11 +101,14 @@ def test_hgemm_1_wmma_128_tile():
     (("-DDOUBLE_BUFFER",), 128, (64, 64)),
     (("-DDOUBLE_BUFFER", "-DBM=128", "-DBN=128", "-DWARPS_N=4"), 256, (128, 128)),
     (("-DBM=128", "-DBN=256", "-DWARPS_N=4"), 256, (128, 256)),
-    (("-DDOUBLE_BUFFER", "-DBM=128", "-DBN=128", "-DWARPS_N=2"), 128, (128, 128))])
+    (("-DDOUBLE_BUFFER", "-DBM=128", "-DBN=128", "-DWARPS_N=2"), 128, (128, 128)),
+    (("-DBK=64", "-DBM=128", "-DBN=128", "-DWARPS_N=2"), 128, (128, 128)),
+    (("-DBK=64", "-DDOUBLE_BUFFER"), 128, (64, 64))])
 def test_hgemm_1_wmma_variants(opts, threads, tile):
-    """The WMMA variants of the GPU sweep: double-buffered tiles (one barrier per step), and warp tiles
-    of 64 x 64 (8 warps on 128 x 256, 4 on 128 x 128)."""
-    err = relative_error("hgemm_1_wmma", 256, 512, 160, opts, bn=tile[1], launch=(threads, tile, 32))
+    """The WMMA variants of the GPU sweep: double-buffered tiles (one barrier per step), warp tiles
+    of 64 x 64 (8 warps on 128 x 256, 4 on 128 x 128), and K steps of 64."""
+    bk = 64 if "-DBK=64" in opts else 32
+    err = relative_error("hgemm_1_wmma", 256, 512, 3 * bk, opts, bn=tile[1], launch=(threads, tile, bk))
     assert err < TOL, f"{opts}: relative error {err:.2e}"
 
 
@@ -123,6 +126,42 @@ def test_hgemm_3_wide_tile_deeper_ring(bn, stages):
     opts = (f"-DBN={bn}", f"-DSTAGES={stages}")
     err = relative_error("hgemm_3_cp_async", 128, 512, 224, opts, bn=bn)
     assert err < TOL, f"BN={bn} STAGES={stages}: relative error {err:.2e}"
+
+
+# Kernel 3 with its fragments double-buffered in registers (FRAG_DBUF), alone and with the other
+# options of the GPU sweep: (options, (M, N, K), BN). K = 32 is a single K step (the ring never fills);
+# GROUP_M=2 on 5 tile rows leaves a short last band.
+FRAG_DBUF_CASES = [
+    (("-DFRAG_DBUF",), (128, 256, 160), 128),
+    (("-DFRAG_DBUF", "-DSTAGES=4"), (128, 128, 32), 128),
+    (("-DFRAG_DBUF", "-DSTAGES=2"), (256, 128, 96), 128),
+    (("-DFRAG_DBUF", "-DBK=64", "-DSTAGES=2"), (128, 256, 192), 128),
+    (("-DFRAG_DBUF", "-DBN=256", "-DSTAGES=2"), (128, 512, 96), 256),
+    (("-DFRAG_DBUF", "-DGROUP_M=2"), (640, 384, 64), 128),
+    (("-DGROUP_M=2",), (640, 384, 64), 128),
+    (("-DFRAG_DBUF", "-DMIN_BLOCKS=2"), (128, 256, 96), 128),
+    (("-DFRAG_DBUF", "-DHGEMM_SM75"), (128, 256, 96), 128),
+]
+
+
+@pytest.mark.parametrize("opts,shape,bn", FRAG_DBUF_CASES,
+                         ids=[" ".join(o[2:] for o in c[0]) for c in FRAG_DBUF_CASES])
+def test_hgemm_3_frag_dbuf(opts, shape, bn):
+    err = relative_error("hgemm_3_cp_async", *shape, opts, bn=bn)
+    assert err < TOL, f"{opts} {shape}: relative error {err:.2e}"
+
+
+@pytest.mark.parametrize("opts,bk", [(("-DWARPS_N=2",), 32), (("-DWARPS_N=2", "-DFRAG_DBUF"), 32),
+                                     (("-DWARPS_N=2", "-DFRAG_DBUF", "-DBK=64", "-DSTAGES=2"), 64)])
+def test_hgemm_3_four_warps(opts, bk):
+    """Kernel 3 with 4 warps of 64 x 64 on a 128 x 128 tile (a block of 128 threads)."""
+    err = relative_error("hgemm_3_cp_async", 256, 256, 3 * bk, opts, launch=(128, (128, 128), bk))
+    assert err < TOL, f"{opts}: relative error {err:.2e}"
+
+
+def test_hgemm_3_frag_dbuf_bf16():
+    err = relative_error("hgemm_3_cp_async", 128, 256, 96, (*BF16, "-DFRAG_DBUF"), bf16=True)
+    assert err < TOL_BF16, f"relative error {err:.2e}"
 
 
 @pytest.mark.parametrize("name", ["hgemm_2_mma_ldmatrix", "hgemm_3_cp_async"])
@@ -185,11 +224,19 @@ MUTANTS = {
                                 "        }\n"),
     "no-barrier-before-overwrite": ("hgemm_2_mma_ldmatrix", "        __syncthreads();  // before", "//"),
     "no-barrier-sm75-path": ("hgemm_3_cp_async", "        __syncthreads();  // everyone", "        //"),
+    # the FRAG_DBUF main loop: the next slice's fragments over the ones being multiplied, no wait
+    # for the next step's copies, no barrier before reading them (on the sm_75 path: the race check)
+    "frag-dbuf-same-buffer": ("hgemm_3_cp_async", "fragments(step % STAGES, kk + 1, a[(kk + 1) % 2]",
+                              "fragments(step % STAGES, kk + 1, a[kk % 2]"),
+    "frag-dbuf-no-wait": ("hgemm_3_cp_async", "                wait_oldest();\n", "\n"),
+    "frag-dbuf-no-barrier": ("hgemm_3_cp_async", "                __syncthreads();\n", "\n"),
 }
 # right by luck of order on the emulator: its race check must stop them. The race check does not see the
 # writes of cp.async (they land inside wait_group), so kernel 3's missing barrier is caught on its sm_75 path.
-RACES = {"no-barrier-after-stores", "no-barrier-before-overwrite", "no-barrier-sm75-path"}
-OPTIONS = {"no-barrier-sm75-path": ("-DHGEMM_SM75",)}
+RACES = {"no-barrier-after-stores", "no-barrier-before-overwrite", "no-barrier-sm75-path",
+         "frag-dbuf-no-barrier"}
+OPTIONS = {"no-barrier-sm75-path": ("-DHGEMM_SM75",), "frag-dbuf-same-buffer": ("-DFRAG_DBUF",),
+           "frag-dbuf-no-wait": ("-DFRAG_DBUF",), "frag-dbuf-no-barrier": ("-DFRAG_DBUF", "-DHGEMM_SM75")}
 
 
 @pytest.mark.parametrize("mutant", MUTANTS)
