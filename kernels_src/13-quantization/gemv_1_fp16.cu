@@ -40,9 +40,9 @@ __device__ __forceinline__ void steps(const __half* __restrict__ W,
     for (int u = 0; u < U; u++)
         for (int r = 0; r < ROWS; r++)  // rows past N read row 0 and are never stored
             if (c + STRIDE * u < chunks)
-                wv[u][r] = __ldg(reinterpret_cast<const uint4*>(
-                                   W + (size_t)(row0 + r < N ? row0 + r : 0) * K)
-                                 + c + STRIDE * u);
+                wv[u][r] = ld_weights(reinterpret_cast<const uint4*>(
+                                        W + (size_t)(row0 + r < N ? row0 + r : 0) * K)
+                                    + c + STRIDE * u);
     for (int u = 0; u < U; u++) {
         if (c + STRIDE * u >= chunks) break;
         uint4 xv = __ldg(reinterpret_cast<const uint4*>(x) + c + STRIDE * u);
@@ -60,6 +60,23 @@ __device__ __forceinline__ void steps(const __half* __restrict__ W,
 extern "C" __global__ void gemv_1_fp16(int N, int K, const __half* __restrict__ W,
                                        const __half* __restrict__ x,
                                        __half* __restrict__ y) {
+#if RING  // persistent warps (gemv_common.cuh), x in shared memory: shared_mem 2 K bytes
+    extern __shared__ uint4 xs[];  // K / 8 chunks of 8 halves
+    auto prep = [=]() {
+        for (int c = threadIdx.x; c < K / 8; c += blockDim.x)
+            xs[c] = __ldg(reinterpret_cast<const uint4*>(x) + c);
+    };
+    rows_ring<8>(W, nullptr, N, K, K, y, prep, [=](uint4 w, int c) {
+        float xf[8];
+        const __half2* xh = reinterpret_cast<const __half2*>(&xs[c]);
+        for (int i = 0; i < 4; i++) {
+            const float2 f = __half22float2(xh[i]);
+            xf[2 * i] = f.x;
+            xf[2 * i + 1] = f.y;
+        }
+        return dot8(w, xf, 0.0f);
+    });
+#else
     // lane of the row group: KSPLIT warps act as one wide warp of 32 KSPLIT lanes
     const int lane = threadIdx.x % (32 * KSPLIT);
     const int row0 = (blockIdx.x * (blockDim.x / STRIDE) + threadIdx.x / STRIDE) * ROWS;
@@ -78,4 +95,5 @@ extern "C" __global__ void gemv_1_fp16(int N, int K, const __half* __restrict__ 
         }
     }
     store_rows(acc, row0, N, y);
+#endif
 }

@@ -72,6 +72,26 @@ extern "C" __global__ void gemv_2_w8a16(int N, int K, int group,
                                         const float* __restrict__ scale,
                                         const __half* __restrict__ x,
                                         __half* __restrict__ y) {
+#if RING  // persistent warps (gemv_common.cuh), x in shared memory: shared_mem 2 K bytes
+    extern __shared__ uint4 xs[];  // [2][K / 16]: the two halves of chunk c's 16 x values
+    const int chunks = K / 16;
+    auto prep = [=]() {  // consecutive lanes read consecutive 16 bytes: no conflicts
+        for (int e = threadIdx.x; e < K / 8; e += blockDim.x)
+            xs[(e % 2) * chunks + e / 2] = __ldg(reinterpret_cast<const uint4*>(x) + e);
+    };
+    rows_ring<16>(Q, scale, N, K, group, y, prep, [=](uint4 w, int c) {
+        float xf[16];
+        for (int j = 0; j < 2; j++) {
+            const __half2* h = reinterpret_cast<const __half2*>(&xs[j * chunks + c]);
+            for (int i = 0; i < 4; i++) {
+                const float2 f = __half22float2(h[i]);
+                xf[8 * j + 2 * i] = f.x;
+                xf[8 * j + 2 * i + 1] = f.y;
+            }
+        }
+        return dot16_s8(w, xf);
+    });
+#else
     // lane of the row group: KSPLIT warps act as one wide warp of 32 KSPLIT lanes
     const int lane = threadIdx.x % (32 * KSPLIT);
     const int row0 = (blockIdx.x * (blockDim.x / STRIDE) + threadIdx.x / STRIDE) * ROWS;
@@ -93,4 +113,5 @@ extern "C" __global__ void gemv_2_w8a16(int N, int K, int group,
         }
     }
     store_rows(acc, row0, N, y);
+#endif
 }

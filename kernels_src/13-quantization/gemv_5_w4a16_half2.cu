@@ -51,18 +51,25 @@ extern "C" __global__ void gemv_5_w4a16_half2(int N, int K, int group,
                                               __half* __restrict__ y) {
     extern __shared__ uint4 xs[];  // K / 8 uint4: [4 words][K / 32 chunks]
     const int chunks = K / 32;
-    for (int e = threadIdx.x; e < K / 8; e += blockDim.x) {  // columns 8e .. 8e + 7
-        const uint4 h = __ldg(reinterpret_cast<const uint4*>(x) + e);  // (x0 x1)..(x6 x7)
-        uint4 v;  // byte_perm 0x5410: low halves of both words, 0x7632: high halves
-        v.x = __byte_perm(h.x, h.z, 0x5410);  // (x0, x4)
-        v.y = __byte_perm(h.x, h.z, 0x7632);  // (x1, x5)
-        v.z = __byte_perm(h.y, h.w, 0x5410);  // (x2, x6)
-        v.w = __byte_perm(h.y, h.w, 0x7632);  // (x3, x7)
-        xs[(e % 4) * chunks + e / 4] = v;
-    }
-    __syncthreads();
+    auto prep = [=]() {
+        for (int e = threadIdx.x; e < K / 8; e += blockDim.x) {  // columns 8e .. 8e + 7
+            // (x0 x1) .. (x6 x7)
+            const uint4 h = __ldg(reinterpret_cast<const uint4*>(x) + e);
+            uint4 v;  // byte_perm 0x5410: low halves of both words, 0x7632: high halves
+            v.x = __byte_perm(h.x, h.z, 0x5410);  // (x0, x4)
+            v.y = __byte_perm(h.x, h.z, 0x7632);  // (x1, x5)
+            v.z = __byte_perm(h.y, h.w, 0x5410);  // (x2, x6)
+            v.w = __byte_perm(h.y, h.w, 0x7632);  // (x3, x7)
+            xs[(e % 4) * chunks + e / 4] = v;
+        }
+    };
     // dot(w, c): chunk c's 32 weights w times the prepared x
-    rows_prepared_x(P, scale, N, K, group, y, [=](uint4 w, int c) {
-        return dot32_s4(w, xs, chunks, c);
-    });
+    auto dot = [=](uint4 w, int c) { return dot32_s4(w, xs, chunks, c); };
+#if RING
+    rows_ring<32>(P, scale, N, K, group, y, prep, dot);  // first loads, then prep
+#else
+    prep();
+    __syncthreads();
+    rows_prepared_x(P, scale, N, K, group, y, dot);
+#endif
 }

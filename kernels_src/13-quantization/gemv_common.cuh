@@ -10,6 +10,9 @@
 
 // Options (-DROWS=...): the same names in every kernel. UNROLL and KSPLIT default to the
 // kernel's own GEMV_UNROLL and GEMV_KSPLIT, its best in the H100 sweep.
+#ifndef RING
+#define RING 0  // > 0: rows_ring, a ring of RING loads in flight per lane (see there)
+#endif
 #ifndef ROWS
 #define ROWS 1  // rows per warp
 #endif
@@ -17,9 +20,33 @@
 #define UNROLL GEMV_UNROLL  // 16-byte chunks per lane and row in flight at once
 #endif
 #ifndef KSPLIT
+#if RING > 0
+#define KSPLIT 1  // rows_ring takes whole rows
+#else
 #define KSPLIT GEMV_KSPLIT  // warps per row group, each on every KSPLIT-th 32 chunks
 #endif
+#endif
 #define STRIDE (32 * KSPLIT)  // chunks between one lane's consecutive loads
+#ifndef LOAD
+#define LOAD 0  // how weights are loaded: 0 __ldg, 1 no L1 allocation, 2 __ldcs (ld_weights)
+#endif
+
+// 16 bytes of weights. They are read exactly once, so keeping them in L1 only evicts x
+// (LOAD 1: ld.global.nc.L1::no_allocate; LOAD 2: evict-first in L1 and L2); LOAD 0 is
+// the plain read-only load. The emulator has no PTX for it and takes __ldg.
+__device__ __forceinline__ uint4 ld_weights(const uint4* p) {
+#if LOAD == 1 && !defined(__CUDL_EMULATOR__)
+    uint4 v;
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p));
+    return v;
+#elif LOAD == 2
+    return __ldcs(p);
+#else
+    return __ldg(p);
+#endif
+}
 
 // The butterfly sum of a warp: every lane ends with the total (no broadcast needed).
 __device__ __forceinline__ float warp_sum(float v) {
@@ -65,9 +92,9 @@ __device__ __forceinline__ void load_chunks(const void* __restrict__ Q,
         for (int r = 0; r < ROWS; r++)
             if (c + STRIDE * u < K / PER_CHUNK) {
                 const size_t n = row0 + r < N ? row0 + r : 0;
-                wv[u][r] = __ldg(reinterpret_cast<const uint4*>(
-                                     bytes + n * (K / (PER_CHUNK / 16)))
-                                 + c + STRIDE * u);
+                wv[u][r] = ld_weights(reinterpret_cast<const uint4*>(
+                                          bytes + n * (K / (PER_CHUNK / 16)))
+                                      + c + STRIDE * u);
                 s[u][r] =
                     __ldg(scale + n * groups + PER_CHUNK * (c + STRIDE * u) / group);
             }
@@ -106,4 +133,71 @@ __device__ __forceinline__ void rows_prepared_x(const unsigned char* __restrict_
         for (int c = lane; c < K / 32; c += STRIDE * UNROLL)
             steps_prepared_x<UNROLL>(P, scale, N, K, group, row0, c, acc, dot);
     store_rows(acc, row0, N, y);
+}
+
+// rows_ring (RING > 0): persistent warps, each keeping RING loads in flight all the time.
+// With UNROLL, a lane issues UNROLL loads, waits, computes, and only then issues the next
+// ones: while it computes, and during the x preparation before its first loads, it has
+// nothing in flight. At decode shapes a lane sees only a few chunks in all, so those gaps
+// are a large part of the time. Here warp w of the T warps of the grid takes rows w,
+// w + T, w + 2T, ... one after another, and each lane walks its chunks of those rows
+// (chunks lane, lane + 32, ... of one row, then of the next) as one sequence: the load of
+// the chunk RING places ahead is issued as soon as a chunk is taken for its product, so
+// RING loads stay in flight, across the ends of rows too. The first RING loads are issued
+// before prep() (the block's x into shared memory), so their latency hides its cost. The
+// grid is the host's choice: a few blocks per SM (all resident at once) make each warp
+// loop over several rows and read x into shared memory once per block.
+// dot(w, c): chunk c's weights w (PER_CHUNK of them in 16 bytes) times x; scale null
+// (fp16 weights) means 1. One row per warp at a time: ROWS = 1, KSPLIT = 1.
+template <int PER_CHUNK, class Prep, class Dot>
+__device__ __forceinline__ void rows_ring(const void* __restrict__ Q,
+                                          const float* __restrict__ scale, int N, int K,
+                                          int group, __half* __restrict__ y, Prep prep,
+                                          Dot dot) {
+    static_assert(ROWS == 1 && KSPLIT == 1, "rows_ring takes one row per warp at a time");
+    const uint4* W = static_cast<const uint4*>(Q);
+    const int lane = threadIdx.x % 32, warps = gridDim.x * (blockDim.x / 32);
+    const int first = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    const int chunks = K / PER_CHUNK, slots = (chunks + 31) / 32;  // slots: per lane, row
+    const int groups = K / group;
+    uint4 w[RING];
+    float s[RING];
+    int row_in = first, slot_in = 0;  // the next chunk to load: slot_in of row row_in
+    // load the next chunk of the sequence into place j (a constant once unrolled)
+    auto issue = [&](int j) {
+        const int c = lane + 32 * slot_in;
+        if (row_in < N && c < chunks) {
+            w[j] = ld_weights(W + (size_t)row_in * chunks + c);
+            s[j] = scale ? __ldg(scale + (size_t)row_in * groups + PER_CHUNK * c / group)
+                         : 1.0f;
+        }
+        if (++slot_in == slots) {  // the same for the whole warp: no divergence
+            slot_in = 0;
+            row_in += warps;
+        }
+    };
+#pragma unroll
+    for (int j = 0; j < RING; j++) issue(j);
+    prep();
+    __syncthreads();
+    int row = first, slot = 0;  // the chunk used next
+    float acc = 0.0f;
+    while (row < N) {
+#pragma unroll  // constant places j: the ring stays in registers
+        for (int j = 0; j < RING; j++) {
+            const int c = lane + 32 * slot;
+            const uint4 wj = w[j];
+            const float sj = s[j];
+            issue(j);  // its replacement, RING chunks further on
+            if (c < chunks) acc = fmaf(sj, dot(wj, c), acc);
+            if (++slot == slots) {  // end of the row: the warp's sum, then the next row
+                acc = warp_sum(acc);
+                if (lane == 0) y[row] = __float2half_rn(acc);
+                acc = 0.0f;
+                slot = 0;
+                row += warps;
+                if (row >= N) break;
+            }
+        }
+    }
 }

@@ -344,11 +344,154 @@ def sweep() -> None:
         print(f"  {name:19s} {cfg:32s} " + " ".join(f"{1e3 * t:6.1f}" for t in ts) + " us")
 
 
+# ---- python3 kernels_src/13-quantization/gpu_check.py --ring (about a minute on an H100) ----
+# Round 3 of the GEMV work: the structural change RING (gemv_common.cuh: persistent warps that keep RING
+# loads in flight per lane, x in shared memory, first loads before x is prepared), LOAD (how weights are
+# loaded), the grid (warps per block, rows per warp), against the current defaults; and what "copy
+# bandwidth" means at these sizes: an empty kernel, a copy that moves the GEMV's byte count, and a
+# read-only kernel of that byte count, all timed like the GEMVs (cudl.bench, read flush).
+READ_SRC = r"""
+extern "C" __global__ void read_bytes(const uint4* __restrict__ p, long long n, int* sink) {
+    unsigned acc = 0;
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
+    for (; i + 3 * stride < n; i += 4 * stride) {  // 4 loads in flight per thread
+        const uint4 a = __ldg(p + i), b = __ldg(p + i + stride);
+        const uint4 c = __ldg(p + i + 2 * stride), d = __ldg(p + i + 3 * stride);
+        acc ^= a.x ^ a.y ^ a.z ^ a.w ^ b.x ^ b.y ^ b.z ^ b.w ^ c.x ^ c.y ^ c.z ^ c.w ^ d.x ^ d.y ^ d.z ^ d.w;
+    }
+    for (; i < n; i += stride) {
+        const uint4 a = __ldg(p + i);
+        acc ^= a.x ^ a.y ^ a.z ^ a.w;
+    }
+    if (acc == 0x9e3779b9u) *sink = (int)acc;
+}
+extern "C" __global__ void empty() {}
+"""
+DEFAULTS = {"gemv_1_fp16": (16, 8), "gemv_2_w8a16": (8, 4), "gemv_5_w4a16_half2": (16, 1)}  # (WARPS, KSPLIT)
+KINDS = {"gemv_1_fp16": "fp16", "gemv_2_w8a16": "w8", "gemv_5_w4a16_half2": "w4"}
+
+
+def ring() -> None:
+    import time
+
+    import cupy
+
+    t0 = time.time()
+    copy = cudl.ceilings()["copy_gbps"]
+    sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
+    quick = dict(warmup_ms=2, rep_ms=15, max_runs=150)
+    mod = cupy.RawModule(code=READ_SRC)
+    read_k, empty_k = mod.get_function("read_bytes"), mod.get_function("empty")
+    sink = cupy.zeros(1, dtype=cupy.int32)
+    t_empty = cudl.bench(lambda: empty_k((sms,), (256,), ()), **quick).ms
+    print(f"{cudl.gpu_name()}, {sms} SMs: copy {copy:.0f} GB/s (1 GiB); empty kernel {1e3 * t_empty:.1f} us "
+          "(bench, read flush)", flush=True)
+    small = {}  # bytes -> (copy us, read us)
+    print("bytes MB | copy moving them: us GB/s %1GiB | read-only kernel: us GB/s %1GiB  (per shape and format)")
+    for N, K in SHAPES:
+        for kind in ("fp16", "w8", "w4"):
+            nb = gemv_bytes(kind, N, K)
+            src = cupy.full(nb // 8, 7, dtype=cupy.int32)  # nb / 2 bytes copied = nb moved
+            dst = cupy.empty_like(src)
+            tc = cudl.bench(lambda: cupy.copyto(dst, src), **quick).ms
+            buf = cupy.full(nb // 4, 7, dtype=cupy.int32)
+            tr = min(cudl.bench(lambda b=b, t=t: read_k((b * sms,), (t,), (buf, cupy.int64(nb // 16), sink)),
+                                **quick).ms for b, t in ((4, 512), (8, 256), (2, 1024)))
+            small[nb] = (tc, tr)
+            print(f"  {N}x{K} {kind:4s} {nb / 1e6:6.1f} | {1e3 * tc:6.1f} {nb / tc / 1e6:5.0f} "
+                  f"{100 * nb / tc / 1e6 / copy:3.0f}% | {1e3 * tr:6.1f} {nb / tr / 1e6:5.0f} "
+                  f"{100 * nb / tr / 1e6 / copy:3.0f}%", flush=True)
+    rings, loads = (2, 4, 8), (0, 1)
+    results = []  # (shape, kind, name, cfg, us, cuBLAS us)
+    for N, K in SHAPES:
+        w32 = cudl.randn((N, K)) * 0.02
+        x = cudl.randn(K).astype(np.float16)
+        w16 = w32.astype(np.float16)
+        wt, xt = tt(w16), tt(x)
+        data = {"fp16": (w16,)}
+        refs = {"fp16": wt.double() @ xt.double()}
+        for kind in ("w8", "w4"):
+            q, sc = quantize_on_gpu(w32, kind)
+            data[kind] = (GROUP, q, sc)
+            refs[kind] = dequant_torch(q, sc, kind, N, K) @ xt.double()
+        t_cub = cudl.bench(lambda: torch.matmul(wt, xt), **quick).ms
+        lines = []
+        for name, kind in KINDS.items():
+            nb = gemv_bytes(kind, N, K)
+            warps0, ks0 = DEFAULTS[name]
+            configs = [((), warps0, cdiv(N * ks0, warps0), "default"),
+                       (("-DLOAD=1",), warps0, cdiv(N * ks0, warps0), "default LOAD=1")]
+            for r in rings:
+                for ld in loads:
+                    for wp in (4, 8):
+                        for rpw in (1, 2, 4):
+                            configs.append(((f"-DRING={r}", f"-DLOAD={ld}"), wp, cdiv(N, wp * rpw),
+                                            f"RING={r} LOAD={ld} W={wp} rows/warp={rpw}"))
+            for opts, wp, blocks, cfg in configs:
+                k = cudl.load(f"{D}/{name}.cu", name, options=opts)
+                smem = 2 * K if (name == "gemv_5_w4a16_half2" or any("RING" in o for o in opts)) else 0
+                y = cudl.poisoned(N, np.float16)
+                args = (N, K, *data[kind], x, y)
+
+                def launch(k=k, blocks=blocks, wp=wp, args=args, smem=smem):
+                    k((blocks,), (32 * wp,), args, shared_mem=smem)
+
+                launch()
+                cudl.sync()
+                err = float((tt(y).double() - refs[kind]).norm() / refs[kind].norm())  # NaN rows fail too
+                if not err < 2e-3:
+                    print(f"  BAD {N}x{K} {name} {cfg}: err {err:.1e}", flush=True)
+                    continue
+                t = cudl.bench(launch, **quick).ms
+                results.append(((N, K), kind, name, cfg, t, t_cub, k.num_regs))
+        t_cub2 = cudl.bench(lambda: torch.matmul(wt, xt), **quick).ms
+        print(f"== {N}x{K}: cuBLAS {1e3 * t_cub:.1f} us (again after the sweep: {1e3 * t_cub2:.1f} us); "
+              f"{sum(r[0] == (N, K) for r in results)} variants correct; fastest 4 per format:", flush=True)
+        for kind in ("fp16", "w8", "w4"):
+            rows_ = sorted((r for r in results if r[0] == (N, K) and r[1] == kind), key=lambda r: r[4])
+            dflt = [r for r in rows_ if r[3] == "default"]
+            for r in rows_[:4] + [d for d in dflt if d not in rows_[:4]]:
+                nb = gemv_bytes(kind, N, K)
+                tc, tr = small[nb]
+                lines.append(f"  {kind:4s} {r[3]:36s} r{r[6]:<3} {1e3 * r[4]:6.1f} us x{t_cub / r[4]:4.2f} "
+                             f"{100 * nb / r[4] / 1e6 / copy:3.0f}% copy {100 * tc / r[4]:3.0f}% small copy "
+                             f"{100 * tr / r[4]:3.0f}% read")
+        print("\n".join(lines), flush=True)
+    print(f"\n==== ring summary ({time.time() - t0:.0f} s; H100 targets x1.2 fp16, x2.2 w8, x3.5 w4, "
+          ">= 75% copy): default vs best per shape and format; % of 1 GiB copy / small copy / read kernel")
+    for shape in SHAPES:
+        for kind in ("fp16", "w8", "w4"):
+            rows_ = [r for r in results if r[0] == shape and r[1] == kind]
+            if not rows_:
+                print(f"{shape} {kind}: no correct variant")
+                continue
+            nb = gemv_bytes(kind, *shape)
+            tc, tr = small[nb]
+            out = []
+            for r in ([r for r in rows_ if r[3] == "default"][:1] + [min(rows_, key=lambda r: r[4])]):
+                out.append(f"{r[3]} {1e3 * r[4]:.1f}us x{r[5] / r[4]:.2f} {100 * nb / r[4] / 1e6 / copy:.0f}%/"
+                           f"{100 * tc / r[4]:.0f}%/{100 * tr / r[4]:.0f}%")
+            print(f"{shape[0]}x{shape[1]} {kind:4s} " + " | ".join(out))
+    print("best over the three shapes (sum of times) per kernel:")
+    for name in KINDS:
+        by = {}
+        for r in results:
+            if r[2] == name:
+                by.setdefault(r[3], []).append(r[4])
+        full = {c: v for c, v in by.items() if len(v) == len(SHAPES)}
+        for c, v in sorted(full.items(), key=lambda kv: sum(kv[1]))[:2]:
+            print(f"  {name:19s} {c:36s} " + " ".join(f"{1e3 * t:6.1f}" for t in v) + " us")
+
+
 def main() -> None:
     import sys
 
     if "--sweep" in sys.argv:
         sweep()
+        return
+    if "--ring" in sys.argv:
+        ring()
         return
     print(cudl.ceilings(), flush=True)
     for part in (gemv, igemm, fp8):
