@@ -135,6 +135,7 @@ __device__ __forceinline__ void rows_prepared_x(const unsigned char* __restrict_
     store_rows(acc, row0, N, y);
 }
 
+#if RING > 0
 // rows_ring (RING > 0): persistent warps, each keeping RING loads in flight all the time.
 // With UNROLL, a lane issues UNROLL loads, waits, computes, and only then issues the next
 // ones: while it computes, and during the x preparation before its first loads, it has
@@ -201,3 +202,4 @@ __device__ __forceinline__ void rows_ring(const void* __restrict__ Q,
         }
     }
 }
+#endif
