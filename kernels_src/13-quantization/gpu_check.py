@@ -484,14 +484,53 @@ def ring() -> None:
             print(f"  {name:19s} {c:36s} " + " ".join(f"{1e3 * t:6.1f}" for t in v) + " us")
 
 
+def igemm_tiles() -> None:
+    """igemm_2_mma's block and warp tiles and stages (python3 gpu_check.py --igemm) against cuBLAS fp16 and
+    torch._int_mm at 4096^3, each checked bit-exact against torch._int_mm first."""
+    M = N = K = 4096
+    flops = 2 * M * N * K
+    rng = np.random.default_rng()
+    a = cudl.xp.asarray(rng.integers(-128, 128, (M, K)).astype(np.int8))
+    b = cudl.xp.asarray(rng.integers(-128, 128, (N, K)).astype(np.int8))
+    at, bt = tt(a), tt(b)
+    ref = torch._int_mm(at, bt.t())
+    a16 = torch.randn(M, K, device="cuda", dtype=torch.float16)
+    b16 = torch.randn(N, K, device="cuda", dtype=torch.float16)
+    res = {"cuBLAS fp16 (a @ b.T)": cudl.bench(lambda: a16 @ b16.t(), flops=flops),
+           "torch._int_mm": cudl.bench(lambda: torch._int_mm(at, bt.t()), flops=flops)}
+    c = cudl.xp.empty((M, N), dtype=np.int32)
+    for bn, wn, stages in [(128, 32, 3), (128, 32, 4), (128, 64, 3), (128, 64, 4), (256, 32, 3),
+                           (256, 64, 2), (256, 64, 3), (256, 64, 4)]:
+        k = cudl.load(f"{D}/igemm_2_mma.cu", "igemm_2_mma",
+                      options=(f"-DBN={bn}", f"-DWN={wn}", f"-DSTAGES={stages}"))
+        smem = stages * (128 + bn) * 64
+        smem = smem if smem > 48 * 1024 else 0
+        grid, block = (N // bn, M // 128), (64 * bn // wn,)
+        c.fill(-1)
+        k(grid, block, (M, N, K, a, b, c), shared_mem=smem)
+        name = f"igemm_2_mma BN={bn} WN={wn} STAGES={stages} r{k.num_regs}"
+        if not torch.equal(tt(c), ref):
+            print(f"  BAD {name}", flush=True)
+            continue
+        res[name] = cudl.bench(lambda: k(grid, block, (M, N, K, a, b, c), shared_mem=smem), flops=flops)
+    res["cuBLAS fp16 again"] = cudl.bench(lambda: a16 @ b16.t(), flops=flops)
+    base = res["cuBLAS fp16 (a @ b.T)"]
+    print("==== int8 GEMM 4096^3 (exact vs torch._int_mm); target >= 1.0x cuBLAS fp16")
+    for name, t in res.items():
+        print(f"  {name:40s} {t.ms:8.4f} ms {t.tflops:7.1f} T(FL)OP/s x{t.speedup_over(base):5.2f}", flush=True)
+
+
 def main() -> None:
     import sys
 
     if "--sweep" in sys.argv:
         sweep()
         return
-    if "--ring" in sys.argv:
-        ring()
+    if "--ring" in sys.argv or "--igemm" in sys.argv:  # the GEMV table last
+        if "--igemm" in sys.argv:
+            igemm_tiles()
+        if "--ring" in sys.argv:
+            ring()
         return
     print(cudl.ceilings(), flush=True)
     for part in (gemv, igemm, fp8):
