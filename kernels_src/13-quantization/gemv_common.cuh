@@ -140,64 +140,75 @@ __device__ __forceinline__ void rows_prepared_x(const unsigned char* __restrict_
 // With UNROLL, a lane issues UNROLL loads, waits, computes, and only then issues the next
 // ones: while it computes, and during the x preparation before its first loads, it has
 // nothing in flight. At decode shapes a lane sees only a few chunks in all, so those gaps
-// are a large part of the time. Here warp w of the T warps of the grid takes rows w,
-// w + T, w + 2T, ... one after another, and each lane walks its chunks of those rows
-// (chunks lane, lane + 32, ... of one row, then of the next) as one sequence: the load of
-// the chunk RING places ahead is issued as soon as a chunk is taken for its product, so
-// RING loads stay in flight, across the ends of rows too. The first RING loads are issued
-// before prep() (the block's x into shared memory), so their latency hides its cost. The
-// grid is the host's choice: a few blocks per SM (all resident at once) make each warp
-// loop over several rows and read x into shared memory once per block.
+// are a large part of the time. Here warp w of the T warps of the grid takes row groups
+// (ROWS rows) w, w + T, w + 2T, ... one after another, and each lane walks its chunks of
+// those rows (chunks lane, lane + 32, ... of one group, then of the next) as one
+// sequence: the load of the chunk RING places ahead is issued as soon as a chunk is taken
+// for its products, so RING loads (of each of the ROWS rows) stay in flight, across the
+// ends of rows too. The first RING loads are issued before prep() (the block's x into
+// shared memory), so their latency hides its cost. The grid is the host's choice: a few
+// blocks per SM (all resident at once) make each warp loop over several row groups and
+// read x into shared memory once per block.
 // dot(w, c): chunk c's weights w (PER_CHUNK of them in 16 bytes) times x; scale null
-// (fp16 weights) means 1. One row per warp at a time: ROWS = 1, KSPLIT = 1.
+// (fp16 weights) means 1. KSPLIT = 1: a warp takes whole rows.
 template <int PER_CHUNK, class Prep, class Dot>
 __device__ __forceinline__ void rows_ring(const void* __restrict__ Q,
                                           const float* __restrict__ scale, int N, int K,
                                           int group, __half* __restrict__ y, Prep prep,
                                           Dot dot) {
-    static_assert(ROWS == 1 && KSPLIT == 1, "rows_ring takes one row per warp at a time");
+    static_assert(KSPLIT == 1, "rows_ring gives whole rows to a warp");
     const uint4* W = static_cast<const uint4*>(Q);
     const int lane = threadIdx.x % 32, warps = gridDim.x * (blockDim.x / 32);
-    const int first = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+    const int first = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;  // row group
     const int chunks = K / PER_CHUNK, slots = (chunks + 31) / 32;  // slots: per lane, row
     const int groups = K / group;
-    uint4 w[RING];
-    float s[RING];
-    int row_in = first, slot_in = 0;  // the next chunk to load: slot_in of row row_in
+    uint4 w[RING][ROWS];
+    float s[RING][ROWS];
+    int g_in = first, slot_in = 0;  // the next chunk to load: slot_in of row group g_in
     // load the next chunk of the sequence into place j (a constant once unrolled)
     auto issue = [&](int j) {
         const int c = lane + 32 * slot_in;
-        if (row_in < N && c < chunks) {
-            w[j] = ld_weights(W + (size_t)row_in * chunks + c);
-            s[j] = scale ? __ldg(scale + (size_t)row_in * groups + PER_CHUNK * c / group)
-                         : 1.0f;
+        for (int r = 0; r < ROWS; r++) {
+            const int n = g_in * ROWS + r;
+            if (n < N && c < chunks) {
+                w[j][r] = ld_weights(W + (size_t)n * chunks + c);
+                s[j][r] = scale ? __ldg(scale + (size_t)n * groups + PER_CHUNK * c / group)
+                                : 1.0f;
+            }
         }
         if (++slot_in == slots) {  // the same for the whole warp: no divergence
             slot_in = 0;
-            row_in += warps;
+            g_in += warps;
         }
     };
 #pragma unroll
     for (int j = 0; j < RING; j++) issue(j);
     prep();
     __syncthreads();
-    int row = first, slot = 0;  // the chunk used next
-    float acc = 0.0f;
-    while (row < N) {
+    int g = first, slot = 0;  // the chunk used next
+    float acc[ROWS] = {};
+    while (g * ROWS < N) {
 #pragma unroll  // constant places j: the ring stays in registers
         for (int j = 0; j < RING; j++) {
             const int c = lane + 32 * slot;
-            const uint4 wj = w[j];
-            const float sj = s[j];
+            uint4 wj[ROWS];
+            float sj[ROWS];
+            for (int r = 0; r < ROWS; r++) {
+                wj[r] = w[j][r];
+                sj[r] = s[j][r];
+            }
             issue(j);  // its replacement, RING chunks further on
-            if (c < chunks) acc = fmaf(sj, dot(wj, c), acc);
-            if (++slot == slots) {  // end of the row: the warp's sum, then the next row
-                acc = warp_sum(acc);
-                if (lane == 0) y[row] = __float2half_rn(acc);
-                acc = 0.0f;
+            if (c < chunks)  // x is read once for the ROWS rows (the same c)
+                for (int r = 0; r < ROWS; r++) acc[r] = fmaf(sj[r], dot(wj[r], c), acc[r]);
+            if (++slot == slots) {  // end of the rows: the warp's sums, then the next group
+                for (int r = 0; r < ROWS; r++) {
+                    const float v = warp_sum(acc[r]);
+                    if (lane == 0 && g * ROWS + r < N) y[g * ROWS + r] = __float2half_rn(v);
+                    acc[r] = 0.0f;
+                }
                 slot = 0;
-                row += warps;
-                if (row >= N) break;
+                g += warps;
+                if (g * ROWS >= N) break;
             }
         }
     }

@@ -422,12 +422,11 @@ def ring() -> None:
             warps0, ks0 = DEFAULTS[name]
             configs = [((), warps0, cdiv(N * ks0, warps0), "default"),
                        (("-DLOAD=1",), warps0, cdiv(N * ks0, warps0), "default LOAD=1")]
-            for r in rings:
-                for ld in loads:
-                    for wp in (4, 8):
-                        for rpw in (1, 2, 4):
-                            configs.append(((f"-DRING={r}", f"-DLOAD={ld}"), wp, cdiv(N, wp * rpw),
-                                            f"RING={r} LOAD={ld} W={wp} rows/warp={rpw}"))
+            variants = [(r, 1, ld, wp, gpw) for r in rings for ld in loads for wp in (4, 8) for gpw in (1, 2, 4)]
+            variants += [(r, 2, 0, wp, gpw) for r in (2, 4) for wp in (4, 8) for gpw in (1, 2)]
+            for r, rows, ld, wp, gpw in variants:  # gpw: row groups (of ROWS rows) per warp
+                configs.append(((f"-DRING={r}", f"-DROWS={rows}", f"-DLOAD={ld}"), wp, cdiv(N, wp * rows * gpw),
+                                f"RING={r} ROWS={rows} LOAD={ld} W={wp} rows/warp={rows * gpw}"))
             for opts, wp, blocks, cfg in configs:
                 k = cudl.load(f"{D}/{name}.cu", name, options=opts)
                 smem = 2 * K if (name == "gemv_5_w4a16_half2" or any("RING" in o for o in opts)) else 0
@@ -454,7 +453,7 @@ def ring() -> None:
             for r in rows_[:4] + [d for d in dflt if d not in rows_[:4]]:
                 nb = gemv_bytes(kind, N, K)
                 tc, tr = small[nb]
-                lines.append(f"  {kind:4s} {r[3]:36s} r{r[6]:<3} {1e3 * r[4]:6.1f} us x{t_cub / r[4]:4.2f} "
+                lines.append(f"  {kind:4s} {r[3]:36s} r{r[6]!s:<4}{1e3 * r[4]:6.1f} us x{t_cub / r[4]:4.2f} "
                              f"{100 * nb / r[4] / 1e6 / copy:3.0f}% copy {100 * tc / r[4]:3.0f}% small copy "
                              f"{100 * tr / r[4]:3.0f}% read")
         print("\n".join(lines), flush=True)
