@@ -21,14 +21,14 @@
 #endif
 #ifndef KSPLIT
 #if RING > 0
-#define KSPLIT 1  // rows_ring takes whole rows
+#define KSPLIT 1  // rows_ring: whole rows per warp unless asked
 #else
 #define KSPLIT GEMV_KSPLIT  // warps per row group, each on every KSPLIT-th 32 chunks
 #endif
 #endif
 #define STRIDE (32 * KSPLIT)  // chunks between one lane's consecutive loads
 #ifndef LOAD
-#define LOAD 0  // how weights are loaded: 0 __ldg, 1 no L1 allocation, 2 __ldcs (ld_weights)
+#define LOAD 0  // weight loads: 0 __ldg, 1 no L1 allocation, 2 __ldcs (ld_weights)
 #endif
 
 // 16 bytes of weights. They are read exactly once, so keeping them in L1 only evicts x
@@ -140,57 +140,62 @@ __device__ __forceinline__ void rows_prepared_x(const unsigned char* __restrict_
 // With UNROLL, a lane issues UNROLL loads, waits, computes, and only then issues the next
 // ones: while it computes, and during the x preparation before its first loads, it has
 // nothing in flight. At decode shapes a lane sees only a few chunks in all, so those gaps
-// are a large part of the time. Here warp w of the T warps of the grid takes row groups
-// (ROWS rows) w, w + T, w + 2T, ... one after another, and each lane walks its chunks of
-// those rows (chunks lane, lane + 32, ... of one group, then of the next) as one
-// sequence: the load of the chunk RING places ahead is issued as soon as a chunk is taken
-// for its products, so RING loads (of each of the ROWS rows) stay in flight, across the
-// ends of rows too. The first RING loads are issued before prep() (the block's x into
-// shared memory), so their latency hides its cost. The grid is the host's choice: a few
-// blocks per SM (all resident at once) make each warp loop over several row groups and
-// read x into shared memory once per block.
+// are a large part of the time. Here the G row groups of the grid (ROWS rows, each shared
+// by KSPLIT warps) take row groups g, g + G, g + 2G, ... one after another, and each lane
+// walks its chunks of those rows (chunks lane, lane + STRIDE, ... of one group, then of
+// the next) as one sequence: the load of the chunk RING places ahead is issued as soon as
+// a chunk is taken for its products, so RING loads (of each of the ROWS rows) stay in
+// flight, across the ends of rows too. The first RING loads are issued before prep() (the
+// block's x into shared memory), so their latency hides its cost. The grid is the host's
+// choice: a few blocks per SM (all resident at once) make each warp loop over several
+// row groups and read x into shared memory once per block.
 // dot(w, c): chunk c's weights w (PER_CHUNK of them in 16 bytes) times x; scale null
-// (fp16 weights) means 1. KSPLIT = 1: a warp takes whole rows.
+// (fp16 weights) means 1.
 template <int PER_CHUNK, class Prep, class Dot>
 __device__ __forceinline__ void rows_ring(const void* __restrict__ Q,
                                           const float* __restrict__ scale, int N, int K,
                                           int group, __half* __restrict__ y, Prep prep,
                                           Dot dot) {
-    static_assert(KSPLIT == 1, "rows_ring gives whole rows to a warp");
     const uint4* W = static_cast<const uint4*>(Q);
-    const int lane = threadIdx.x % 32, warps = gridDim.x * (blockDim.x / 32);
-    const int first = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;  // row group
-    const int chunks = K / PER_CHUNK, slots = (chunks + 31) / 32;  // slots: per lane, row
+    const int lane = threadIdx.x % STRIDE, warp = threadIdx.x / 32;  // lane of the group
+    const int local = threadIdx.x / STRIDE, per_block = blockDim.x / STRIDE;  // groups
+    const int G = gridDim.x * per_block;
+    const int chunks = K / PER_CHUNK, slots = (chunks + STRIDE - 1) / STRIDE;  // per row
     const int groups = K / group;
     uint4 w[RING][ROWS];
     float s[RING][ROWS];
-    int g_in = first, slot_in = 0;  // the next chunk to load: slot_in of row group g_in
+    int g_in = blockIdx.x * per_block + local, slot_in = 0;  // the next chunk to load
     // load the next chunk of the sequence into place j (a constant once unrolled)
     auto issue = [&](int j) {
-        const int c = lane + 32 * slot_in;
+        const int c = lane + STRIDE * slot_in;
         for (int r = 0; r < ROWS; r++) {
             const int n = g_in * ROWS + r;
             if (n < N && c < chunks) {
                 w[j][r] = ld_weights(W + (size_t)n * chunks + c);
-                s[j][r] = scale ? __ldg(scale + (size_t)n * groups + PER_CHUNK * c / group)
-                                : 1.0f;
+                const size_t sc = (size_t)n * groups + PER_CHUNK * c / group;
+                s[j][r] = scale ? __ldg(scale + sc) : 1.0f;
             }
         }
         if (++slot_in == slots) {  // the same for the whole warp: no divergence
             slot_in = 0;
-            g_in += warps;
+            g_in += G;
         }
     };
 #pragma unroll
     for (int j = 0; j < RING; j++) issue(j);
     prep();
     __syncthreads();
-    int g = first, slot = 0;  // the chunk used next
+    int g = blockIdx.x * per_block + local, slot = 0;  // the chunk used next
     float acc[ROWS] = {};
-    while (g * ROWS < N) {
+#if KSPLIT > 1
+    __shared__ float part[2][32][ROWS];  // a sum per warp and row; two rounds alternate
+    int round = 0;
+#endif
+    // while the block has rows: the same for all its warps (the KSPLIT sums sync them)
+    while ((g - local) * ROWS < N) {
 #pragma unroll  // constant places j: the ring stays in registers
         for (int j = 0; j < RING; j++) {
-            const int c = lane + 32 * slot;
+            const int c = lane + STRIDE * slot;
             uint4 wj[ROWS];
             float sj[ROWS];
             for (int r = 0; r < ROWS; r++) {
@@ -198,17 +203,30 @@ __device__ __forceinline__ void rows_ring(const void* __restrict__ Q,
                 sj[r] = s[j][r];
             }
             issue(j);  // its replacement, RING chunks further on
-            if (c < chunks)  // x is read once for the ROWS rows (the same c)
-                for (int r = 0; r < ROWS; r++) acc[r] = fmaf(sj[r], dot(wj[r], c), acc[r]);
-            if (++slot == slots) {  // end of the rows: the warp's sums, then the next group
+            if (c < chunks && g * ROWS < N)  // x is read once for the ROWS rows (same c)
+                for (int r = 0; r < ROWS; r++)
+                    acc[r] = fmaf(sj[r], dot(wj[r], c), acc[r]);
+            if (++slot == slots) {  // end of the rows: the sums, then the next group
+                float v[ROWS];
+                for (int r = 0; r < ROWS; r++) v[r] = warp_sum(acc[r]);
+#if KSPLIT > 1  // add the KSPLIT warps' sums (store_rows' way, in the loop)
+                if (threadIdx.x % 32 == 0)
+                    for (int r = 0; r < ROWS; r++) part[round][warp][r] = v[r];
+                __syncthreads();
                 for (int r = 0; r < ROWS; r++) {
-                    const float v = warp_sum(acc[r]);
-                    if (lane == 0 && g * ROWS + r < N) y[g * ROWS + r] = __float2half_rn(v);
-                    acc[r] = 0.0f;
+                    v[r] = 0.0f;
+                    for (int p = 0; p < KSPLIT; p++)
+                        v[r] += part[round][local * KSPLIT + p][r];
                 }
+                round ^= 1;  // the next round writes the other slots: no second barrier
+#endif
+                if (lane == 0)
+                    for (int r = 0; r < ROWS; r++)
+                        if (g * ROWS + r < N) y[g * ROWS + r] = __float2half_rn(v[r]);
+                for (int r = 0; r < ROWS; r++) acc[r] = 0.0f;
                 slot = 0;
-                g += warps;
-                if (g * ROWS >= N) break;
+                g += G;
+                if ((g - local) * ROWS >= N) break;
             }
         }
     }

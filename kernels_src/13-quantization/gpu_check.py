@@ -366,6 +366,25 @@ extern "C" __global__ void read_bytes(const uint4* __restrict__ p, long long n, 
     }
     if (acc == 0x9e3779b9u) *sink = (int)acc;
 }
+// the same bytes as rows of a matrix, a warp per row at a time as the GEMVs read them (persistent warps,
+// 4 loads in flight per lane): if this is slower than read_bytes, where the reads land matters
+extern "C" __global__ void read_rows(const uint4* __restrict__ p, int rows, int row_chunks, int* sink) {
+    unsigned acc = 0;
+    const int lane = threadIdx.x % 32, warps = gridDim.x * (blockDim.x / 32);
+    for (int r = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32; r < rows; r += warps) {
+        const uint4* q = p + (size_t)r * row_chunks;
+        int c = lane;
+        for (; c + 96 < row_chunks; c += 128) {
+            const uint4 a = __ldg(q + c), b = __ldg(q + c + 32), d = __ldg(q + c + 64), e = __ldg(q + c + 96);
+            acc ^= a.x ^ a.y ^ a.z ^ a.w ^ b.x ^ b.y ^ b.z ^ b.w ^ d.x ^ d.y ^ d.z ^ d.w ^ e.x ^ e.y ^ e.z ^ e.w;
+        }
+        for (; c < row_chunks; c += 32) {
+            const uint4 a = __ldg(q + c);
+            acc ^= a.x ^ a.y ^ a.z ^ a.w;
+        }
+    }
+    if (acc == 0x9e3779b9u) *sink = (int)acc;
+}
 extern "C" __global__ void empty() {}
 """
 DEFAULTS = {"gemv_1_fp16": (16, 8), "gemv_2_w8a16": (8, 4), "gemv_5_w4a16_half2": (16, 1)}  # (WARPS, KSPLIT)
@@ -383,12 +402,14 @@ def ring() -> None:
     quick = dict(warmup_ms=2, rep_ms=15, max_runs=150)
     mod = cupy.RawModule(code=READ_SRC)
     read_k, empty_k = mod.get_function("read_bytes"), mod.get_function("empty")
+    rows_k = mod.get_function("read_rows")
     sink = cupy.zeros(1, dtype=cupy.int32)
     t_empty = cudl.bench(lambda: empty_k((sms,), (256,), ()), **quick).ms
     print(f"{cudl.gpu_name()}, {sms} SMs: copy {copy:.0f} GB/s (1 GiB); empty kernel {1e3 * t_empty:.1f} us "
           "(bench, read flush)", flush=True)
     small = {}  # bytes -> (copy us, read us)
-    print("bytes MB | copy moving them: us GB/s %1GiB | read-only kernel: us GB/s %1GiB  (per shape and format)")
+    print("bytes MB | copy moving them: us GB/s %1GiB | read-only kernel: us GB/s %1GiB | its weights read by "
+          "rows (warp per row): us GB/s")
     for N, K in SHAPES:
         for kind in ("fp16", "w8", "w4"):
             nb = gemv_bytes(kind, N, K)
@@ -399,9 +420,12 @@ def ring() -> None:
             tr = min(cudl.bench(lambda b=b, t=t: read_k((b * sms,), (t,), (buf, cupy.int64(nb // 16), sink)),
                                 **quick).ms for b, t in ((4, 512), (8, 256), (2, 1024)))
             small[nb] = (tc, tr)
+            rc = {"fp16": K // 8, "w8": K // 16, "w4": K // 32}[kind]  # 16-byte chunks per row
+            tw = min(cudl.bench(lambda b=b: rows_k((b,), (256,), (buf, np.int32(N), np.int32(rc), sink)),
+                                **quick).ms for b in (min(cdiv(N, 8), 4 * sms), min(cdiv(N, 8), 8 * sms)))
             print(f"  {N}x{K} {kind:4s} {nb / 1e6:6.1f} | {1e3 * tc:6.1f} {nb / tc / 1e6:5.0f} "
                   f"{100 * nb / tc / 1e6 / copy:3.0f}% | {1e3 * tr:6.1f} {nb / tr / 1e6:5.0f} "
-                  f"{100 * nb / tr / 1e6 / copy:3.0f}%", flush=True)
+                  f"{100 * nb / tr / 1e6 / copy:3.0f}% | {1e3 * tw:6.1f} {16 * N * rc / tw / 1e6:5.0f}", flush=True)
     rings, loads = (2, 4, 8), (0, 1)
     results = []  # (shape, kind, name, cfg, us, cuBLAS us)
     for N, K in SHAPES:
@@ -422,11 +446,14 @@ def ring() -> None:
             warps0, ks0 = DEFAULTS[name]
             configs = [((), warps0, cdiv(N * ks0, warps0), "default"),
                        (("-DLOAD=1",), warps0, cdiv(N * ks0, warps0), "default LOAD=1")]
-            variants = [(r, 1, ld, wp, gpw) for r in rings for ld in loads for wp in (4, 8) for gpw in (1, 2, 4)]
-            variants += [(r, 2, 0, wp, gpw) for r in (2, 4) for wp in (4, 8) for gpw in (1, 2)]
-            for r, rows, ld, wp, gpw in variants:  # gpw: row groups (of ROWS rows) per warp
-                configs.append(((f"-DRING={r}", f"-DROWS={rows}", f"-DLOAD={ld}"), wp, cdiv(N, wp * rows * gpw),
-                                f"RING={r} ROWS={rows} LOAD={ld} W={wp} rows/warp={rows * gpw}"))
+            variants = [(r, ld, wp, gpw) for r in rings for ld in loads for wp in (4, 8) for gpw in (1, 2, 4)]
+            variants = [(r, 1, 1, ld, wp, gpw) for r, ld, wp, gpw in variants]
+            variants += [(r, 2, 1, 0, wp, gpw) for r in (2, 4) for wp in (4, 8) for gpw in (1, 2)]
+            variants += [(r, 1, ks, 0, 8, gpw) for r in (2, 4) for ks in (2, 4) for gpw in (1, 2)]
+            for r, rows, ks, ld, wp, gpw in variants:  # gpw: row groups (ROWS rows, KSPLIT warps) per warp
+                configs.append(((f"-DRING={r}", f"-DROWS={rows}", f"-DKSPLIT={ks}", f"-DLOAD={ld}"), wp,
+                                cdiv(N * ks, wp * rows * gpw),
+                                f"RING={r} ROWS={rows} KS={ks} LOAD={ld} W={wp} rows/gr={rows * gpw}"))
             for opts, wp, blocks, cfg in configs:
                 k = cudl.load(f"{D}/{name}.cu", name, options=opts)
                 smem = 2 * K if (name == "gemv_5_w4a16_half2" or any("RING" in o for o in opts)) else 0
@@ -446,14 +473,14 @@ def ring() -> None:
                 results.append(((N, K), kind, name, cfg, t, t_cub, k.num_regs))
         t_cub2 = cudl.bench(lambda: torch.matmul(wt, xt), **quick).ms
         print(f"== {N}x{K}: cuBLAS {1e3 * t_cub:.1f} us (again after the sweep: {1e3 * t_cub2:.1f} us); "
-              f"{sum(r[0] == (N, K) for r in results)} variants correct; fastest 4 per format:", flush=True)
+              f"{sum(r[0] == (N, K) for r in results)} variants correct; fastest 4 per format (rows/gr: rows per group of KS warps in all):", flush=True)
         for kind in ("fp16", "w8", "w4"):
             rows_ = sorted((r for r in results if r[0] == (N, K) and r[1] == kind), key=lambda r: r[4])
             dflt = [r for r in rows_ if r[3] == "default"]
             for r in rows_[:4] + [d for d in dflt if d not in rows_[:4]]:
                 nb = gemv_bytes(kind, N, K)
                 tc, tr = small[nb]
-                lines.append(f"  {kind:4s} {r[3]:36s} r{r[6]!s:<4}{1e3 * r[4]:6.1f} us x{t_cub / r[4]:4.2f} "
+                lines.append(f"  {kind:4s} {r[3]:42s} r{r[6]!s:<4}{1e3 * r[4]:6.1f} us x{t_cub / r[4]:4.2f} "
                              f"{100 * nb / r[4] / 1e6 / copy:3.0f}% copy {100 * tc / r[4]:3.0f}% small copy "
                              f"{100 * tr / r[4]:3.0f}% read")
         print("\n".join(lines), flush=True)
@@ -480,7 +507,7 @@ def ring() -> None:
                 by.setdefault(r[3], []).append(r[4])
         full = {c: v for c, v in by.items() if len(v) == len(SHAPES)}
         for c, v in sorted(full.items(), key=lambda kv: sum(kv[1]))[:2]:
-            print(f"  {name:19s} {c:36s} " + " ".join(f"{1e3 * t:6.1f}" for t in v) + " us")
+            print(f"  {name:19s} {c:42s} " + " ".join(f"{1e3 * t:6.1f}" for t in v) + " us")
 
 
 def igemm_tiles() -> None:

@@ -101,7 +101,8 @@ igemm_2_mma(int M, int N, int K, const signed char* __restrict__ A,
                              : "=r"(a[i][0]), "=r"(a[i][1]), "=r"(a[i][2]), "=r"(a[i][3])
                              : "r"(smem_addr(&as[tile_off(r, k)])));
             }
-            for (int j = 0; j < WN / 8; j += 2) {  // matrices: (n, k), (n, k+16), (n+8, k), ..
+            // matrices: (n, k), (n, k+16), (n+8, k), ..
+            for (int j = 0; j < WN / 8; j += 2) {
                 int n = wn + 8 * j + (lane / 16) * 8 + lane % 8;
                 int k = kk + ((lane / 8) % 2) * 16;
                 asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 "

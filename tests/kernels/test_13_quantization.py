@@ -229,16 +229,19 @@ def test_gemv_w4a16_every_nibble_position():
 
 
 # RING builds (persistent warps with a ring of loads, gemv_common.cuh): few blocks, so every warp loops over
-# several rows and its ring runs across row ends; rows that are not a multiple of the grid's warps, rows
+# several rows and its ring runs across row ends; KSPLIT warps per row (their sums added in shared memory in
+# alternating slots, every round); rows that are not a multiple of the grid's warps, rows
 # whose chunks do not fill the last slot of every lane (K=4608: 144 int4 chunks), LOAD variants.
 RING_SHAPES = [(37, 256, 64), (9, 1024, 128), (6, 4608, 128), (64, 512, 512), (70, 96, 32)]
 
 
-@pytest.mark.parametrize("ring,rows,blocks,warps,load", [(1, 1, 1, 2, 0), (3, 1, 2, 2, 1), (4, 1, 3, 1, 2),
-                                                      (2, 1, 40, 4, 0), (2, 2, 2, 2, 0), (3, 3, 1, 3, 1)])
+@pytest.mark.parametrize("ring,rows,ksplit,blocks,warps,load",
+                         [(1, 1, 1, 1, 2, 0), (3, 1, 1, 2, 2, 1), (4, 1, 1, 3, 1, 2), (2, 1, 1, 40, 4, 0),
+                          (2, 2, 1, 2, 2, 0), (3, 3, 1, 1, 3, 1), (2, 1, 2, 2, 4, 0), (3, 2, 4, 1, 8, 1),
+                          (1, 1, 4, 3, 4, 0)])
 @pytest.mark.parametrize("shape", RING_SHAPES, ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("name", ["gemv_1_fp16", "gemv_2_w8a16", "gemv_5_w4a16_half2"])
-def test_gemv_ring(name, shape, ring, rows, blocks, warps, load):
+def test_gemv_ring(name, shape, ring, rows, ksplit, blocks, warps, load):
     N, K, group = shape
     w, x = rand(N, K), rand(K).astype(np.float16)
     if name == "gemv_1_fp16":
@@ -253,7 +256,8 @@ def test_gemv_ring(name, shape, ring, rows, blocks, warps, load):
         ops = (group, cudl.xp.asarray(p), cudl.xp.asarray(s))
         ref = dequantize_ref(unpack_int4(p), s, group).astype(np.float64) @ x.astype(np.float64)
     y = out_buf(N, np.float16, np.nan)
-    k = cudl.load(f"{D}/{name}.cu", name, options=(f"-DRING={ring}", f"-DROWS={rows}", f"-DLOAD={load}"))
+    k = cudl.load(f"{D}/{name}.cu", name,
+                  options=(f"-DRING={ring}", f"-DROWS={rows}", f"-DKSPLIT={ksplit}", f"-DLOAD={load}"))
     k((blocks,), (32 * warps,), (N, K, *ops, cudl.xp.asarray(x), y), shared_mem=2 * K)
     cudl.sync()
     check_gemv(y, ref, f"{name} RING={ring}")
