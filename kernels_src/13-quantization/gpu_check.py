@@ -473,7 +473,8 @@ def ring() -> None:
                 results.append(((N, K), kind, name, cfg, t, t_cub, k.num_regs))
         t_cub2 = cudl.bench(lambda: torch.matmul(wt, xt), **quick).ms
         print(f"== {N}x{K}: cuBLAS {1e3 * t_cub:.1f} us (again after the sweep: {1e3 * t_cub2:.1f} us); "
-              f"{sum(r[0] == (N, K) for r in results)} variants correct; fastest 4 per format (rows/gr: rows per group of KS warps in all):", flush=True)
+              f"{sum(r[0] == (N, K) for r in results)} variants correct; fastest 4 per format "
+              "(rows/gr: rows per group of KS warps in all):", flush=True)
         for kind in ("fp16", "w8", "w4"):
             rows_ = sorted((r for r in results if r[0] == (N, K) and r[1] == kind), key=lambda r: r[4])
             dflt = [r for r in rows_ if r[3] == "default"]
@@ -525,16 +526,17 @@ def igemm_tiles() -> None:
     res = {"cuBLAS fp16 (a @ b.T)": cudl.bench(lambda: a16 @ b16.t(), flops=flops),
            "torch._int_mm": cudl.bench(lambda: torch._int_mm(at, bt.t()), flops=flops)}
     c = cudl.xp.empty((M, N), dtype=np.int32)
-    for bn, wn, stages in [(128, 32, 3), (128, 32, 4), (128, 64, 3), (128, 64, 4), (256, 32, 3),
-                           (256, 64, 2), (256, 64, 3), (256, 64, 4)]:
+    for bn, wn, stages, bk in [(128, 32, 3, 64), (128, 32, 4, 64), (128, 64, 3, 64), (128, 64, 4, 64),
+                               (256, 32, 3, 64), (256, 64, 2, 64), (256, 64, 3, 64), (256, 64, 4, 64),
+                               (128, 32, 3, 128), (128, 64, 2, 128), (128, 64, 3, 128), (256, 64, 2, 128)]:
         k = cudl.load(f"{D}/igemm_2_mma.cu", "igemm_2_mma",
-                      options=(f"-DBN={bn}", f"-DWN={wn}", f"-DSTAGES={stages}"))
-        smem = stages * (128 + bn) * 64
+                      options=(f"-DBN={bn}", f"-DWN={wn}", f"-DSTAGES={stages}", f"-DBK={bk}"))
+        smem = stages * (128 + bn) * bk
         smem = smem if smem > 48 * 1024 else 0
         grid, block = (N // bn, M // 128), (64 * bn // wn,)
         c.fill(-1)
         k(grid, block, (M, N, K, a, b, c), shared_mem=smem)
-        name = f"igemm_2_mma BN={bn} WN={wn} STAGES={stages} r{k.num_regs}"
+        name = f"igemm_2_mma BN={bn} WN={wn} STAGES={stages} BK={bk} r{k.num_regs}"
         if not torch.equal(tt(c), ref):
             print(f"  BAD {name}", flush=True)
             continue
@@ -543,7 +545,7 @@ def igemm_tiles() -> None:
     base = res["cuBLAS fp16 (a @ b.T)"]
     print("==== int8 GEMM 4096^3 (exact vs torch._int_mm); target >= 1.0x cuBLAS fp16")
     for name, t in res.items():
-        print(f"  {name:40s} {t.ms:8.4f} ms {t.tflops:7.1f} T(FL)OP/s x{t.speedup_over(base):5.2f}", flush=True)
+        print(f"  {name:47s} {t.ms:8.4f} ms {t.tflops:7.1f} T(FL)OP/s x{t.speedup_over(base):5.2f}", flush=True)
 
 
 def main() -> None:

@@ -19,7 +19,8 @@
 // 128 x 128); -DBN=256 a 128 x 256 block tile (a quarter fewer bytes copied per
 // product); the block has 2 BN / WN warps (THREADS). Above 48 KiB (STAGES=4, or BN=256
 // with 3 stages) the ring moves to dynamic shared memory: launch with shared_mem =
-// STAGES (128 + BN) 64 bytes (SMEM_BYTES).
+// STAGES (128 + BN) BK bytes (SMEM_BYTES). -DBK=128: 128 values of K per step (half the
+// barriers per K; requires K a multiple of 128).
 
 #include "11-tensor-cores/tc_ptx.cuh"  // mma.sync, ldmatrix, cp.async, wgmma wrappers
 
@@ -32,7 +33,9 @@
 #endif
 #define WARPS_N (BN / WN)
 #define THREADS (64 * WARPS_N)  // 2 x WARPS_N warps
-#define BK 64  // bytes = int8 values of K per step
+#ifndef BK
+#define BK 64  // bytes = int8 values of K per step (64 or 128)
+#endif
 #ifndef STAGES
 #define STAGES 3  // 3 x (8 + 8) KiB = 48 KiB of static shared memory
 #endif
@@ -45,9 +48,13 @@
 #define IGEMM_SM80 1
 #endif
 
-// byte offset of (row r, byte k) in a 128 x 64-byte tile, 16-byte chunks swizzled
+// byte offset of (row r, byte k) in a tile of rows of BK bytes, 16-byte chunks swizzled
 __device__ __forceinline__ int tile_off(int r, int k) {
+#if BK == 128  // a row fills the 32 banks: chunk c of row r goes to bank group c ^ (r % 8)
+    return r * BK + ((((k >> 4) ^ r) & 7) << 4) + (k & 15);
+#else  // two 64-byte rows per 128 bytes of banks
     return r * BK + ((((k >> 4) ^ (r >> 1)) & 3) << 4) + (k & 15);
+#endif
 }
 // cp.async groups: commit closes this thread's copies issued so far, wait_oldest
 // leaves at most STAGES - 2 groups in flight.
@@ -72,11 +79,11 @@ igemm_2_mma(int M, int N, int K, const signed char* __restrict__ A,
     const int steps = K / BK;
     int acc[4][WN / 8][4] = {};
 
-    auto load = [&](int step) {  // 16-byte chunks, 4 per row; B has as many rows or more
+    auto load = [&](int step) {  // 16-byte chunks, BK / 16 per row; B has BM rows or more
         const int s = step % STAGES, k0 = step * BK;
-        for (int c = tid; c < 4 * BN; c += THREADS) {
-            int r = c / 4, k = (c % 4) * 16;
-            if (c < 4 * BM)
+        for (int c = tid; c < BK / 16 * BN; c += THREADS) {
+            int r = c / (BK / 16), k = (c % (BK / 16)) * 16;
+            if (c < BK / 16 * BM)
                 copy16(&As[s][tile_off(r, k)], &A[(size_t)(row0 + r) * K + k0 + k]);
             copy16(&Bs[s][tile_off(r, k)], &B[(size_t)(col0 + r) * K + k0 + k]);
         }

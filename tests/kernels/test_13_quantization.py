@@ -292,7 +292,7 @@ def igemm(name: str, M: int, N: int, K: int, options=()) -> None:
     else:  # the block tile (128 x BN), warp tile (64 x WN), stages and shared memory of the options
         o = dict(v[2:].split("=") for v in options if "=" in v)
         bn, wn, stages = int(o.get("BN", 128)), int(o.get("WN", 32)), int(o.get("STAGES", 3))
-        smem = stages * (128 + bn) * 64
+        smem = stages * (128 + bn) * int(o.get("BK", 64))
         k((N // bn, M // 128), (64 * bn // wn,), (M, N, K, cudl.xp.asarray(a), cudl.xp.asarray(b), c),
           shared_mem=smem if smem > 48 * 1024 else 0)
     cudl.sync()
@@ -320,12 +320,13 @@ def test_igemm_mma_two_stages():
 
 
 @pytest.mark.parametrize("options", [("-DWN=64",), ("-DBN=256", "-DSTAGES=2"), ("-DBN=256", "-DWN=64", "-DSTAGES=2"),
-                                     ("-DSTAGES=4",), ("-DWN=64", "-DSTAGES=4"), ("-DWN=64", "-DIGEMM_SM75")],
+                                     ("-DSTAGES=4",), ("-DWN=64", "-DSTAGES=4"), ("-DWN=64", "-DIGEMM_SM75"),
+                                     ("-DBK=128", "-DSTAGES=2"), ("-DBK=128", "-DWN=64", "-DSTAGES=2")],
                          ids=" ".join)
 def test_igemm_mma_tiles(options):
-    """Wider warp tiles, the 128 x 256 block tile, and dynamic shared memory above 48 KiB (64 KiB with
+    """Wider warp tiles, the 128 x 256 block tile, 128-byte K steps, and dynamic shared memory above 48 KiB (64 KiB with
     STAGES=4: the emulator's T4 allows no more; BN=256 with 3 stages, 72 KiB, runs only on the H100)."""
-    igemm("igemm_2_mma", 256, 512, 320, options=options)
+    igemm("igemm_2_mma", 256, 512, 384, options=options)
 
 
 # ------------------------------------------------------------------------------ fp8 (GPU only)
