@@ -10,7 +10,8 @@
 // Launch: block 32 * WARPS, grid ceil(N KSPLIT / (ROWS * WARPS)): KSPLIT warps (a
 // divisor of WARPS <= 32) share each group of ROWS rows and add their sums in shared
 // memory. K % 8 == 0 takes the 16-byte path (row starts 16-byte aligned); other K fall
-// back to one half per lane per step.
+// back to one half per lane per step. -DRING=D: rows_ring of gemv_common.cuh instead
+// (any grid, shared_mem 2 K bytes, requires K % 8 == 0).
 
 #define GEMV_UNROLL 2  // this kernel's default UNROLL and KSPLIT (gemv_common.cuh)
 #define GEMV_KSPLIT 8

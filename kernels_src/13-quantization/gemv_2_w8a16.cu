@@ -12,7 +12,8 @@
 // H100.
 // Launch: block 32 * WARPS, grid ceil(N KSPLIT / (ROWS * WARPS)), as gemv_1. K % 16 == 0
 // and group % 16 == 0 take the 16-byte path; anything else falls back to one weight per
-// lane per step.
+// lane per step. -DRING=D: rows_ring of gemv_common.cuh instead (any grid, shared_mem
+// 2 K bytes, requires K % 16 == 0 and group % 16 == 0).
 
 #define GEMV_UNROLL 1  // this kernel's default UNROLL and KSPLIT (gemv_common.cuh)
 #define GEMV_KSPLIT 4

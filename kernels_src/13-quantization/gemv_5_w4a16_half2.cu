@@ -11,7 +11,8 @@
 // Limit: memory-bound, 0.5 B per weight + 4 / group B of scale; about 2 instructions per
 // weight (gemv_4: 3 plus its shared-memory loads).
 // Launch: block 32 * WARPS, grid ceil(N KSPLIT / (ROWS * WARPS)), shared_mem 2 K bytes.
-// Requires K % 32 == 0 and group % 32 == 0 (use gemv_3 for other shapes).
+// Requires K % 32 == 0 and group % 32 == 0 (use gemv_3 for other shapes). -DRING=D:
+// rows_ring of gemv_common.cuh (any grid; the same shared memory).
 
 #define GEMV_UNROLL 2  // this kernel's default UNROLL and KSPLIT (gemv_common.cuh)
 #define GEMV_KSPLIT 1

@@ -1,8 +1,9 @@
 // gemv_common.cuh: what the five GEMV kernels of chapter 13 (gemv_1 ... gemv_5) share,
 // written once: their tuning options, the end of a row group (warp shuffle and KSPLIT
 // sums), the loads of packed weights and scales, and the row loop of gemv_4 and gemv_5
-// (x prepared in shared memory). A kernel defines GEMV_UNROLL and
-// GEMV_KSPLIT (its defaults, from the H100 sweep of gpu_check.py --sweep), then includes
+// (x prepared in shared memory), and rows_ring, the persistent loop with a ring of loads
+// in flight (-DRING=). A kernel defines GEMV_UNROLL and GEMV_KSPLIT (its defaults, from
+// the H100 sweep of gpu_check.py --sweep), then includes
 // "13-quantization/gemv_common.cuh"; -DROWS=, -DUNROLL=, -DKSPLIT= override them.
 
 #pragma once
