@@ -50,7 +50,7 @@
 
 // byte offset of (row r, byte k) in a tile of rows of BK bytes, 16-byte chunks swizzled
 __device__ __forceinline__ int tile_off(int r, int k) {
-#if BK == 128  // a row fills the 32 banks: chunk c of row r goes to bank group c ^ (r % 8)
+#if BK == 128  // a row fills the 32 banks: chunk c of row r in bank group c ^ (r % 8)
     return r * BK + ((((k >> 4) ^ r) & 7) << 4) + (k & 15);
 #else  // two 64-byte rows per 128 bytes of banks
     return r * BK + ((((k >> 4) ^ (r >> 1)) & 3) << 4) + (k & 15);
