@@ -10,8 +10,7 @@
 // Launch: block 32 * WARPS, grid ceil(N KSPLIT / (ROWS * WARPS)): KSPLIT warps (a
 // divisor of WARPS <= 32) share each group of ROWS rows and add their sums in shared
 // memory. K % 8 == 0 takes the 16-byte path (row starts 16-byte aligned); other K fall
-// back to one half per lane per step. -DRING=D: rows_ring of gemv_common.cuh instead
-// (any grid, shared_mem 2 K bytes, requires K % 8 == 0).
+// back to one half per lane per step.
 
 #define GEMV_UNROLL 2  // this kernel's default UNROLL and KSPLIT (gemv_common.cuh)
 #define GEMV_KSPLIT 8
@@ -61,23 +60,6 @@ __device__ __forceinline__ void steps(const __half* __restrict__ W,
 extern "C" __global__ void gemv_1_fp16(int N, int K, const __half* __restrict__ W,
                                        const __half* __restrict__ x,
                                        __half* __restrict__ y) {
-#if RING  // persistent warps (gemv_common.cuh), x in shared memory: shared_mem 2 K bytes
-    extern __shared__ uint4 xs[];  // K / 8 chunks of 8 halves
-    auto prep = [=]() {
-        for (int c = threadIdx.x; c < K / 8; c += blockDim.x)
-            xs[c] = __ldg(reinterpret_cast<const uint4*>(x) + c);
-    };
-    rows_ring<8>(W, nullptr, N, K, K, y, prep, [=](uint4 w, int c) {
-        float xf[8];
-        const __half2* xh = reinterpret_cast<const __half2*>(&xs[c]);
-        for (int i = 0; i < 4; i++) {
-            const float2 f = __half22float2(xh[i]);
-            xf[2 * i] = f.x;
-            xf[2 * i + 1] = f.y;
-        }
-        return dot8(w, xf, 0.0f);
-    });
-#else
     // lane of the row group: KSPLIT warps act as one wide warp of 32 KSPLIT lanes
     const int lane = threadIdx.x % (32 * KSPLIT);
     const int row0 = (blockIdx.x * (blockDim.x / STRIDE) + threadIdx.x / STRIDE) * ROWS;
@@ -96,5 +78,4 @@ extern "C" __global__ void gemv_1_fp16(int N, int K, const __half* __restrict__ 
         }
     }
     store_rows(acc, row0, N, y);
-#endif
 }

@@ -12,8 +12,7 @@
 // H100.
 // Launch: block 32 * WARPS, grid ceil(N KSPLIT / (ROWS * WARPS)), as gemv_1. K % 16 == 0
 // and group % 16 == 0 take the 16-byte path; anything else falls back to one weight per
-// lane per step. -DRING=D: rows_ring of gemv_common.cuh instead (any grid, shared_mem
-// 2 K bytes, requires K % 16 == 0 and group % 16 == 0).
+// lane per step.
 
 #define GEMV_UNROLL 1  // this kernel's default UNROLL and KSPLIT (gemv_common.cuh)
 #define GEMV_KSPLIT 4
@@ -73,26 +72,6 @@ extern "C" __global__ void gemv_2_w8a16(int N, int K, int group,
                                         const float* __restrict__ scale,
                                         const __half* __restrict__ x,
                                         __half* __restrict__ y) {
-#if RING  // persistent warps (gemv_common.cuh), x in shared memory: shared_mem 2 K bytes
-    extern __shared__ uint4 xs[];  // [2][K / 16]: the two halves of chunk c's 16 x values
-    const int chunks = K / 16;
-    auto prep = [=]() {  // consecutive lanes read consecutive 16 bytes: no conflicts
-        for (int e = threadIdx.x; e < K / 8; e += blockDim.x)
-            xs[(e % 2) * chunks + e / 2] = __ldg(reinterpret_cast<const uint4*>(x) + e);
-    };
-    rows_ring<16>(Q, scale, N, K, group, y, prep, [=](uint4 w, int c) {
-        float xf[16];
-        for (int j = 0; j < 2; j++) {
-            const __half2* h = reinterpret_cast<const __half2*>(&xs[j * chunks + c]);
-            for (int i = 0; i < 4; i++) {
-                const float2 f = __half22float2(h[i]);
-                xf[8 * j + 2 * i] = f.x;
-                xf[8 * j + 2 * i + 1] = f.y;
-            }
-        }
-        return dot16_s8(w, xf);
-    });
-#else
     // lane of the row group: KSPLIT warps act as one wide warp of 32 KSPLIT lanes
     const int lane = threadIdx.x % (32 * KSPLIT);
     const int row0 = (blockIdx.x * (blockDim.x / STRIDE) + threadIdx.x / STRIDE) * ROWS;
@@ -114,5 +93,4 @@ extern "C" __global__ void gemv_2_w8a16(int N, int K, int group,
         }
     }
     store_rows(acc, row0, N, y);
-#endif
 }

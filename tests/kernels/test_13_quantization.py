@@ -228,39 +228,43 @@ def test_gemv_w4a16_every_nibble_position():
         check_gemv(y, ref, f"{name}: nibble positions")
 
 
-# RING builds (persistent warps with a ring of loads, gemv_common.cuh): few blocks, so every warp loops over
-# several rows and its ring runs across row ends; KSPLIT warps per row (their sums added in shared memory in
-# alternating slots, every round); rows that are not a multiple of the grid's warps, rows
-# whose chunks do not fill the last slot of every lane (K=4608: 144 int4 chunks), LOAD variants.
-RING_SHAPES = [(37, 256, 64), (9, 1024, 128), (6, 4608, 128), (64, 512, 512), (70, 96, 32)]
-
-
-@pytest.mark.parametrize("ring,rows,ksplit,blocks,warps,load",
-                         [(1, 1, 1, 1, 2, 0), (3, 1, 1, 2, 2, 1), (4, 1, 1, 3, 1, 2), (2, 1, 1, 40, 4, 0),
-                          (2, 2, 1, 2, 2, 0), (3, 3, 1, 1, 3, 1), (2, 1, 2, 2, 4, 0), (3, 2, 4, 1, 8, 1),
-                          (1, 1, 4, 3, 4, 0)])
-@pytest.mark.parametrize("shape", RING_SHAPES, ids=lambda s: "x".join(map(str, s)))
-@pytest.mark.parametrize("name", ["gemv_1_fp16", "gemv_2_w8a16", "gemv_5_w4a16_half2"])
-def test_gemv_ring(name, shape, ring, rows, ksplit, blocks, warps, load):
+# gemv_5's options: the first step's loads before x is prepared (EARLY), x's loads batched (X_BATCH), weights
+# loaded without L1 allocation or evict-first (LOAD); gemv_1 and gemv_2 with LOAD too
+@pytest.mark.parametrize("options", [("-DEARLY=1",), ("-DEARLY=1", "-DUNROLL=3", "-DKSPLIT=2"), ("-DX_BATCH=3",),
+                                     ("-DX_BATCH=4", "-DEARLY=1", "-DLOAD=1", "-DROWS=2"), ("-DLOAD=2",)],
+                         ids=" ".join)
+@pytest.mark.parametrize("shape", [s for s in GEMV_SHAPES if s[1] % 32 == 0 and s[2] % 32 == 0],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_gemv_w4a16_half2_options(shape, options):
     N, K, group = shape
     w, x = rand(N, K), rand(K).astype(np.float16)
-    if name == "gemv_1_fp16":
-        w16 = w.astype(np.float16)
-        ops, ref = (cudl.xp.asarray(w16),), w16.astype(np.float64) @ x.astype(np.float64)
-    elif name == "gemv_2_w8a16":
-        q, s = quantize_int8_ref(w, group)
-        ops = (group, cudl.xp.asarray(q), cudl.xp.asarray(s))
-        ref = dequantize_ref(q, s, group).astype(np.float64) @ x.astype(np.float64)
-    else:
-        p, s = quantize_int4_ref(w, group)
-        ops = (group, cudl.xp.asarray(p), cudl.xp.asarray(s))
-        ref = dequantize_ref(unpack_int4(p), s, group).astype(np.float64) @ x.astype(np.float64)
+    p, s = quantize_int4_ref(w, group)
     y = out_buf(N, np.float16, np.nan)
-    k = cudl.load(f"{D}/{name}.cu", name,
-                  options=(f"-DRING={ring}", f"-DROWS={rows}", f"-DKSPLIT={ksplit}", f"-DLOAD={load}"))
-    k((blocks,), (32 * warps,), (N, K, *ops, cudl.xp.asarray(x), y), shared_mem=2 * K)
+    o = dict(v[2:].split("=") for v in options)
+    rows, ksplit, warps = int(o.get("ROWS", 1)), int(o.get("KSPLIT", 1)), 4
+    k = cudl.load(f"{D}/gemv_5_w4a16_half2.cu", "gemv_5_w4a16_half2", options=options)
+    k((cdiv(N * ksplit, rows * warps),), (32 * warps,),
+      (N, K, group, cudl.xp.asarray(p), cudl.xp.asarray(s), cudl.xp.asarray(x), y), shared_mem=2 * K)
     cudl.sync()
-    check_gemv(y, ref, f"{name} RING={ring}")
+    ref = dequantize_ref(unpack_int4(p), s, group).astype(np.float64) @ x.astype(np.float64)
+    check_gemv(y, ref, f"gemv_5 {options}")
+
+
+@pytest.mark.parametrize("load", [1, 2])
+@pytest.mark.parametrize("shape", GEMV_SHAPES[:4], ids=lambda s: "x".join(map(str, s)))
+def test_gemv_load_options(shape, load):
+    N, K, group = shape
+    w, x = rand(N, K), rand(K).astype(np.float16)
+    q, s = quantize_int8_ref(w, group)
+    w16 = w.astype(np.float16)
+    for name, ops, ref in (("gemv_1_fp16", (cudl.xp.asarray(w16),), w16.astype(np.float64) @ x.astype(np.float64)),
+                           ("gemv_2_w8a16", (group, cudl.xp.asarray(q), cudl.xp.asarray(s)),
+                            dequantize_ref(q, s, group).astype(np.float64) @ x.astype(np.float64))):
+        y = out_buf(N, np.float16, np.nan)
+        k = cudl.load(f"{D}/{name}.cu", name, options=(f"-DLOAD={load}", "-DKSPLIT=2"))
+        k((cdiv(N * 2, 4),), (128,), (N, K, *ops, cudl.xp.asarray(x), y))
+        cudl.sync()
+        check_gemv(y, ref, f"{name} LOAD={load}")
 
 
 def test_gemv_check_can_fail():
