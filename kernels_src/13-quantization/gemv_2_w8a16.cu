@@ -72,6 +72,7 @@ extern "C" __global__ void gemv_2_w8a16(int N, int K, int group,
                                         const float* __restrict__ scale,
                                         const __half* __restrict__ x,
                                         __half* __restrict__ y) {
+    group = group_size(group);  // -DGROUP_SIZE: a constant
     // lane of the row group: KSPLIT warps act as one wide warp of 32 KSPLIT lanes
     const int lane = threadIdx.x % (32 * KSPLIT);
     const int row0 = (blockIdx.x * (blockDim.x / STRIDE) + threadIdx.x / STRIDE) * ROWS;

@@ -52,6 +52,7 @@ extern "C" __global__ void gemv_5_w4a16_half2(int N, int K, int group,
                                               const float* __restrict__ scale,
                                               const __half* __restrict__ x,
                                               __half* __restrict__ y) {
+    group = group_size(group);  // -DGROUP_SIZE: a constant
     extern __shared__ uint4 xs[];  // K / 8 uint4: [4 words][K / 32 chunks]
     const int chunks = K / 32;
     auto prep = [=]() {

@@ -41,6 +41,17 @@ __device__ __forceinline__ uint4 ld_weights(const uint4* p) {
 #endif
 }
 
+// The scale group as the kernel uses it: the argument, or with -DGROUP_SIZE=g the
+// constant g (the argument must then be g). Every chunk finds its scale by dividing by
+// the group: by a constant that is a shift, by a run-time value a dozen instructions.
+__device__ __forceinline__ int group_size(int group) {
+#ifdef GROUP_SIZE
+    return GROUP_SIZE;
+#else
+    return group;
+#endif
+}
+
 // The butterfly sum of a warp: every lane ends with the total (no broadcast needed).
 __device__ __forceinline__ float warp_sum(float v) {
     for (int d = 16; d > 0; d /= 2) v += __shfl_xor_sync(0xffffffffu, v, d);

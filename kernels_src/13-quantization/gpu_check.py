@@ -351,7 +351,8 @@ def sweep() -> None:
 # defaults at every shape and format (up to 1.2x), so it was dropped (commit dfd133c has it). What is timed
 # now: what the hardware allows for these byte counts in one launch (an empty kernel, a copy moving the
 # bytes, read_bytes.cu reading them), then the defaults against LOAD (weights without L1 allocation or
-# evict-first), gemv_5's EARLY (first loads before x is prepared) and X_BATCH (x's loads batched).
+# evict-first), gemv_5's EARLY (first loads before x is prepared) and X_BATCH (x's loads batched), and
+# GROUP_SIZE (the scale group a compile-time constant: a shift instead of a division per chunk).
 TUNE = {  # kernel: [(label, -D options, WARPS, KSPLIT)], the default first
     "gemv_1_fp16": [("default", (), 16, 8), ("LOAD=1", ("-DLOAD=1",), 16, 8), ("LOAD=2", ("-DLOAD=2",), 16, 8),
                     ("LOAD=1 KS=4 W=8", ("-DLOAD=1", "-DKSPLIT=4"), 8, 4),
@@ -359,7 +360,9 @@ TUNE = {  # kernel: [(label, -D options, WARPS, KSPLIT)], the default first
     "gemv_2_w8a16": [("default", (), 8, 4), ("LOAD=1", ("-DLOAD=1",), 8, 4), ("LOAD=2", ("-DLOAD=2",), 8, 4),
                      ("LOAD=1 KS=8 W=16", ("-DLOAD=1", "-DKSPLIT=8"), 16, 8),
                      ("LOAD=1 U=2", ("-DLOAD=1", "-DUNROLL=2"), 8, 4),
-                     ("LOAD=1 KS=2 W=8", ("-DLOAD=1", "-DKSPLIT=2"), 8, 2)],
+                     ("LOAD=1 KS=2 W=8", ("-DLOAD=1", "-DKSPLIT=2"), 8, 2),
+                     ("LOAD=1 GROUP_SIZE", ("-DLOAD=1", f"-DGROUP_SIZE={GROUP}"), 8, 4),
+                     ("LOAD=1 GROUP_SIZE U=2", ("-DLOAD=1", f"-DGROUP_SIZE={GROUP}", "-DUNROLL=2"), 8, 4)],
     "gemv_5_w4a16_half2": [("default", (), 16, 1), ("X_BATCH=4", ("-DX_BATCH=4",), 16, 1),
                            ("EARLY=1", ("-DEARLY=1",), 16, 1),
                            ("EARLY=1 X_BATCH=4", ("-DEARLY=1", "-DX_BATCH=4"), 16, 1),
@@ -369,7 +372,11 @@ TUNE = {  # kernel: [(label, -D options, WARPS, KSPLIT)], the default first
                            ("EARLY X_BATCH=8 W=8", ("-DEARLY=1", "-DX_BATCH=8"), 8, 1),
                            ("EARLY X_BATCH=4 KS=2", ("-DEARLY=1", "-DX_BATCH=4", "-DKSPLIT=2"), 16, 2),
                            ("EARLY X_BATCH=4 LOAD=1", ("-DEARLY=1", "-DX_BATCH=4", "-DLOAD=1"), 16, 1),
-                           ("EARLY X_BATCH=4 ROWS=2", ("-DEARLY=1", "-DX_BATCH=4", "-DROWS=2"), 16, 1)],
+                           ("EARLY X_BATCH=4 ROWS=2", ("-DEARLY=1", "-DX_BATCH=4", "-DROWS=2"), 16, 1),
+                           ("U=4", ("-DUNROLL=4",), 16, 1), ("GROUP_SIZE", (f"-DGROUP_SIZE={GROUP}",), 16, 1),
+                           ("EARLY X_BATCH=4 GROUP_SIZE", ("-DEARLY=1", "-DX_BATCH=4", f"-DGROUP_SIZE={GROUP}"), 16, 1),
+                           ("EARLY X_BATCH=4 GROUP_SIZE U=4",
+                            ("-DEARLY=1", "-DX_BATCH=4", f"-DGROUP_SIZE={GROUP}", "-DUNROLL=4"), 16, 1)],
 }
 KINDS = {"gemv_1_fp16": "fp16", "gemv_2_w8a16": "w8", "gemv_5_w4a16_half2": "w4"}
 

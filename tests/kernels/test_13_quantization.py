@@ -231,7 +231,8 @@ def test_gemv_w4a16_every_nibble_position():
 # gemv_5's options: the first step's loads before x is prepared (EARLY), x's loads batched (X_BATCH), weights
 # loaded without L1 allocation or evict-first (LOAD); gemv_1 and gemv_2 with LOAD too
 @pytest.mark.parametrize("options", [("-DEARLY=1",), ("-DEARLY=1", "-DUNROLL=3", "-DKSPLIT=2"), ("-DX_BATCH=3",),
-                                     ("-DX_BATCH=4", "-DEARLY=1", "-DLOAD=1", "-DROWS=2"), ("-DLOAD=2",)],
+                                     ("-DX_BATCH=4", "-DEARLY=1", "-DLOAD=1", "-DROWS=2"), ("-DLOAD=2",),
+                                     ("-DGROUP_SIZE=G", "-DEARLY=1")],
                          ids=" ".join)
 @pytest.mark.parametrize("shape", [s for s in GEMV_SHAPES if s[1] % 32 == 0 and s[2] % 32 == 0],
                          ids=lambda s: "x".join(map(str, s)))
@@ -240,6 +241,7 @@ def test_gemv_w4a16_half2_options(shape, options):
     w, x = rand(N, K), rand(K).astype(np.float16)
     p, s = quantize_int4_ref(w, group)
     y = out_buf(N, np.float16, np.nan)
+    options = tuple(v.replace("=G", f"={group}") for v in options)  # GROUP_SIZE: the shape's group
     o = dict(v[2:].split("=") for v in options)
     rows, ksplit, warps = int(o.get("ROWS", 1)), int(o.get("KSPLIT", 1)), 4
     k = cudl.load(f"{D}/gemv_5_w4a16_half2.cu", "gemv_5_w4a16_half2", options=options)
@@ -253,6 +255,7 @@ def test_gemv_w4a16_half2_options(shape, options):
 @pytest.mark.parametrize("load", [1, 2])
 @pytest.mark.parametrize("shape", GEMV_SHAPES[:4], ids=lambda s: "x".join(map(str, s)))
 def test_gemv_load_options(shape, load):
+    """LOAD for gemv_1 and gemv_2; gemv_2 also with its group fixed at compile time (GROUP_SIZE)."""
     N, K, group = shape
     w, x = rand(N, K), rand(K).astype(np.float16)
     q, s = quantize_int8_ref(w, group)
@@ -261,7 +264,8 @@ def test_gemv_load_options(shape, load):
                            ("gemv_2_w8a16", (group, cudl.xp.asarray(q), cudl.xp.asarray(s)),
                             dequantize_ref(q, s, group).astype(np.float64) @ x.astype(np.float64))):
         y = out_buf(N, np.float16, np.nan)
-        k = cudl.load(f"{D}/{name}.cu", name, options=(f"-DLOAD={load}", "-DKSPLIT=2"))
+        fixed = (f"-DGROUP_SIZE={group}",) if name == "gemv_2_w8a16" and load == 2 else ()
+        k = cudl.load(f"{D}/{name}.cu", name, options=(f"-DLOAD={load}", "-DKSPLIT=2", *fixed))
         k((cdiv(N * 2, 4),), (128,), (N, K, *ops, cudl.xp.asarray(x), y))
         cudl.sync()
         check_gemv(y, ref, f"{name} LOAD={load}")
