@@ -8,8 +8,13 @@ fp8 conversions bit-exact against PyTorch. Prints a short table last.
 
     python3 kernels_src/13-quantization/gpu_check.py --sweep
 checks then times the GEMV variants of SWEEP (ROWS, UNROLL, KSPLIT, WARPS) three ways: cudl.bench with the
-L2 flush that writes (CUDL_L2_FLUSH=write, the default), with the flush that reads (=read), and back to back
+L2 flush that writes (CUDL_L2_FLUSH=write), with the flush that reads (=read, the default), and back to back
 over rotating copies of the weights without any flush; each against cuBLAS's fp16 GEMV timed the same way.
+
+    python3 kernels_src/13-quantization/gpu_check.py --igemm --tune
+--igemm: igemm_2_mma's tiles, K step and stages, each timed right after cuBLAS's fp16 GEMM. --tune: the
+small-size ceilings (an empty kernel, a copy moving each GEMV's bytes, read_bytes.cu reading them) and the
+LOAD / EARLY / X_BATCH / GROUP_SIZE variants against the defaults (see the notes above TUNE).
 """
 
 from __future__ import annotations
