@@ -271,6 +271,25 @@ def test_gemv_load_options(shape, load):
         check_gemv(y, ref, f"{name} LOAD={load}")
 
 
+@pytest.mark.parametrize("in_flight", [4, 8])
+@pytest.mark.parametrize("where", [2, 10, 21])
+def test_read_bytes_reads_every_chunk(in_flight, where):
+    """read_bytes (the ceiling of the GEMV timings) with one thread: the XOR of all it read equals the constant
+    exactly when the one nonzero word sits in a chunk it reads, in the IN_FLIGHT loop or in the tail."""
+    n = 22
+    buf = np.zeros(4 * n, np.uint32)
+    buf[4 * where + 1] = 0x9E3779B9
+    sink = cudl.xp.full(1, -1, dtype=np.int32)
+    k = cudl.load(f"{D}/read_bytes.cu", "read_bytes", options=(f"-DIN_FLIGHT={in_flight}",))
+    k((1,), (1,), (cudl.xp.asarray(buf), n, sink))
+    cudl.sync()
+    assert int(cudl.to_numpy(sink)[0]) == int(np.int32(np.uint32(0x9E3779B9).view(np.int32)))
+    sink.fill(-1)
+    k((1,), (1,), (cudl.xp.asarray(buf), where, sink))  # n = where: stops before that chunk
+    cudl.sync()
+    assert int(cudl.to_numpy(sink)[0]) == -1
+
+
 def test_gemv_check_can_fail():
     """The GEMV check rejects a result from the wrong group size (scales of group 64 read as group 128)."""
     N, K = 9, 256
