@@ -56,6 +56,15 @@ __device__ __forceinline__ int tile_off(int r, int k) {
     return r * BK + ((((k >> 4) ^ (r >> 1)) & 3) << 4) + (k & 15);
 #endif
 }
+// C is 4 bytes per product, more than L2 holds at 4096^2: -DC_STREAM=1 stores it
+// evict-first (st.global.cs), so that it pushes fewer lines of A and B out of L2.
+__device__ __forceinline__ void store_c(int* p, int2 v) {
+#if C_STREAM
+    __stcs(reinterpret_cast<int2*>(p), v);
+#else
+    *reinterpret_cast<int2*>(p) = v;
+#endif
+}
 // cp.async groups: commit closes this thread's copies issued so far, wait_oldest
 // leaves at most STAGES - 2 groups in flight.
 __device__ __forceinline__ void commit() { cp_async_commit(); }
@@ -130,9 +139,7 @@ igemm_2_mma(int M, int N, int K, const signed char* __restrict__ A,
     for (int i = 0; i < 4; i++)
         for (int j = 0; j < WN / 8; j++) {
             size_t r = row0 + wm + 16 * i + g, n = col0 + wn + 8 * j + 2 * t;
-            *reinterpret_cast<int2*>(&C[r * N + n]) =
-                make_int2(acc[i][j][0], acc[i][j][1]);
-            *reinterpret_cast<int2*>(&C[(r + 8) * N + n]) =
-                make_int2(acc[i][j][2], acc[i][j][3]);
+            store_c(&C[r * N + n], make_int2(acc[i][j][0], acc[i][j][1]));
+            store_c(&C[(r + 8) * N + n], make_int2(acc[i][j][2], acc[i][j][3]));
         }
 }
