@@ -15,7 +15,7 @@
 // lane per step.
 
 #define GEMV_UNROLL 1  // this kernel's default UNROLL and KSPLIT (gemv_common.cuh)
-#define GEMV_KSPLIT 4
+#define GEMV_KSPLIT 2
 #include "13-quantization/gemv_common.cuh"
 
 // the 16 halves of x at chunk c as floats
