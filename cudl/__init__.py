@@ -7,6 +7,7 @@
     k(grid, block, (x, y, out, n))                 # launched like a CuPy RawKernel
     cudl.check(out, ref)                           # relative error vs a float64 reference
     t = cudl.bench(lambda: k(...), bytes=3 * 4 * n) # CUDA events, L2 flush, median
+    p = cudl.bench_pair(run, torch_call, flops=f)  # the two timed in turn, 3 rounds; p.ratio
     cudl.record(t, chapter="01-first-kernel", shape=n, dtype="float32", baseline=t_torch)
     cudl.ncu(snippet, kernel="vector_add")         # Nsight Compute metrics of one launch, as a table
 """
@@ -14,7 +15,7 @@
 from . import grade
 from .backend import backend as backend_name
 from .backend import on_gpu, require_gpu, size, sync, to_numpy
-from .bench import Timing, bench, flush_l2, sweep
+from .bench import Pair, Timing, bench, bench_pair, flush_l2, sweep
 from .ceilings import DATASHEET, ceilings, datasheet
 from .check import check, compare, poisoned, randn
 from .counters import Counters, counters
@@ -31,6 +32,7 @@ __all__ = [
     "require_gpu", "setup", "show", "size", "sweep", "sync", "to_numpy",
 ]
 __all__ += ["Counters", "KernelTimeout", "counters"]  # emulator checks (issue 7)
+__all__ += ["Pair", "bench_pair"]  # a kernel timed in turn with its baseline
 
 
 def __getattr__(name: str):

@@ -187,6 +187,57 @@ def bench(fn: Callable[[], Any], *, bytes: float | None = None, flops: float | N
                   bytes, flops, compute, times)
 
 
+@dataclass
+class Pair:
+    """`bench_pair`'s result: `fn` and its baseline, timed in turn over several rounds."""
+
+    timing: Timing  # fn: ms is the median of its rounds' medians; the quartiles and times pool all runs
+    baseline: Timing  # the same for the baseline
+    rounds_ms: list[float]  # fn's median in each round, in order
+    baseline_rounds_ms: list[float]
+
+    @property
+    def ratio(self) -> float:
+        """The baseline's time over fn's: >1 when fn is faster; 100 * ratio is fn's % of the baseline."""
+        return self.baseline.ms / self.timing.ms
+
+    def __str__(self) -> str:
+        return (f"{self.timing.name}: {self.timing.ms:.4g} ms, {self.baseline.name}: {self.baseline.ms:.4g} ms "
+                f"({100 * self.ratio:.1f}% of {self.baseline.name}, medians of {len(self.rounds_ms)} rounds)")
+
+    __repr__ = __str__
+
+
+def _pooled(name: str, round_ms: list[float], rounds: list[Timing]) -> Timing:
+    times = [x for t in rounds for x in t.times_ms]
+    q = statistics.quantiles(times, n=4) if len(times) > 1 else [round_ms[0]] * 3
+    first = rounds[0]
+    return Timing(name, statistics.median(round_ms), q[0], q[2], sum(t.runs for t in rounds), first.bytes,
+                  first.flops, first.compute, times)
+
+
+def bench_pair(fn: Callable[[], Any], baseline: Callable[[], Any], *, rounds: int = 3, name: str = "",
+               baseline_name: str = "", **bench_kwargs: Any) -> Pair:
+    """Time `fn` and `baseline` in turn, `rounds` times each (baseline first), with `bench(**bench_kwargs)`.
+
+    Under sustained load a GPU lowers its clocks, so a baseline timed once at the start of a run can
+    be faster than the same call timed minutes later; alternating the two and taking the medians of the
+    rounds compares them under the same clocks. `ratio` = baseline time / fn time.
+    """
+    if rounds < 1:
+        raise ValueError(f"rounds={rounds}: need at least one round")
+    name = name or getattr(fn, "__name__", "kernel")
+    baseline_name = baseline_name or getattr(baseline, "__name__", "baseline")
+    mine: list[Timing] = []
+    theirs: list[Timing] = []
+    for _ in range(rounds):
+        theirs.append(bench(baseline, name=baseline_name, **bench_kwargs))
+        mine.append(bench(fn, name=name, **bench_kwargs))
+    rounds_ms, baseline_rounds_ms = [t.ms for t in mine], [t.ms for t in theirs]
+    return Pair(_pooled(name, rounds_ms, mine), _pooled(baseline_name, baseline_rounds_ms, theirs),
+                rounds_ms, baseline_rounds_ms)
+
+
 def sweep(run: Callable[[Any], Timing], values: Sequence[Any] | Iterable[Any], desc: str = "sweep") -> list[Timing]:
     """Benchmark `run(v)` for each value, with a progress bar."""
     from tqdm import tqdm  # text bar: no ipywidgets needed; the website drops stderr

@@ -7,6 +7,7 @@ timeline picture drawn with matplotlib (Perfetto and chrome://tracing show the s
     cudl.profiling.gpu_time_by(events)  # µs per kernel (by kernel_name), largest first
     cudl.profiling.timeline(events, categorize=lambda name: ...)
     cudl.profiling.host_ms(step)  # CPU time to issue one step, vs the GPU time of its kernels
+    cudl.profiling.kernels_launched(lambda: F.conv2d(x, w))  # which GPU kernels one call ran
 """
 
 from __future__ import annotations
@@ -45,6 +46,25 @@ def kernel_name(name: str) -> str:
     n = name.removeprefix("void ").replace(anon, "\0")  # its parentheses are not a parameter list
     cut = min((i for i in (n.find("<"), n.find("(")) if i > 0), default=len(n))
     return n[:cut].replace("\0", anon).strip() or name
+
+
+def kernels_launched(fn: Callable[[], Any]) -> list[str]:
+    """The names of the GPU kernels that one call of `fn` launches, in launch order (as the profiler
+    spells them; `kernel_name` shortens them): e.g. which cuDNN algorithm a convolution ran. `fn` runs
+    once under torch.profiler, and the GPU is synchronized before the profile ends. Without CUDA (a
+    CPU-only PyTorch) the profile has no kernels and the list is empty."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = torch.cuda.is_available()
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    # acc_events=True: one profiling cycle, so it changes no result, but without it recent PyTorch
+    # versions warn on every profile() that earlier cycles' events are dropped (pytorch/pytorch#180348)
+    with profile(activities=activities, acc_events=True) as prof:
+        fn()
+        if cuda:
+            torch.cuda.synchronize()
+    return [e["name"] for e in trace_events(prof, cats=("kernel",))]
 
 
 def gpu_time_by(events: Sequence[Event], categorize: Callable[[str], str] = kernel_name) -> dict[str, float]:

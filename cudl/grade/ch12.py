@@ -104,16 +104,9 @@ def sdpa_backend(fn: Any) -> str:
     """Which backend a call of torch's scaled_dot_product_attention ran, from the names of the CUDA kernels
     that torch's profiler sees while `fn` runs once: "cuDNN", "FlashAttention-2", "memory-efficient" (the
     xFormers-derived kernels) or "math" (unfused), with the first kernel's name."""
-    import torch
+    from cudl.profiling import kernels_launched
 
-    # acc_events=True: one cycle, so it changes nothing but PyTorch's dropped-events warning
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA],
-                                acc_events=True) as prof:
-        fn()
-        torch.cuda.synchronize()
-    events = list(prof.events())
-    names = [e.name for e in events if str(getattr(e, "device_type", "")).endswith("CUDA")
-             and not e.name.startswith(("Memset", "Memcpy"))] or [e.name for e in events]
+    names = kernels_launched(fn)
     low = " ".join(names).lower()
     kind = ("cuDNN" if "cudnn" in low else "FlashAttention-2" if "flash" in low
             else "memory-efficient" if "fmha" in low or "efficient" in low else "math")

@@ -30,23 +30,15 @@ def is_slow(student_ms: Sequence[float], solution_ms: Sequence[float], factor: f
     return min(student_ms) > factor * max(solution_ms)
 
 
-def _bench_ms(fn: Callable[[], Any]) -> float:
-    from cudl.bench import bench
-
-    return bench(fn, warmup_ms=10.0, rep_ms=50.0).ms
-
-
-def measure(student: Launches, solution: Launches, rounds: int = ROUNDS,
-            timer: Callable[[Callable[[], Any]], float] = _bench_ms) -> dict[str, list[float]]:
+def measure(student: Launches, solution: Launches, rounds: int = ROUNDS) -> dict[str, list[float]]:
     """Median times (ms) of replaying each recorded launch sequence, alternated over `rounds` rounds."""
+    from cudl.bench import bench_pair
+
     def replay(launches: Launches) -> Callable[[], None]:
         return lambda: [k(*a, **kw) for k, a, kw in launches] and None
 
-    out: dict[str, list[float]] = {"student": [], "solution": []}
-    for _ in range(rounds):
-        out["solution"].append(timer(replay(solution)))
-        out["student"].append(timer(replay(student)))
-    return out
+    pair = bench_pair(replay(student), replay(solution), rounds=rounds, warmup_ms=10.0, rep_ms=50.0)
+    return {"student": pair.rounds_ms, "solution": pair.baseline_rounds_ms}
 
 
 @functools.lru_cache(maxsize=1)

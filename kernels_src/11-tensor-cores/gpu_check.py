@@ -171,12 +171,9 @@ if ARGS.side:  # each kernel and cuBLAS in turn, 5 rounds; medians
         return torch.mm(a16, b16, out_dtype=torch.float32)
     for name in ok:
         k, run = launcher(name, n, n, n, a, b, c)
-        mine, ref_ms = [], []
-        for _ in range(5):
-            ref_ms.append(cudl.bench(blas, flops=flops, compute="fp16", rep_ms=40).ms)
-            mine.append(cudl.bench(run, flops=flops, compute="fp16", rep_ms=40).ms)
-        km, bm = float(np.median(mine)), float(np.median(ref_ms))
-        rows.append(f"{name:36s} {km:7.3f} ms {flops / km / 1e9:6.1f} TF/s {100 * bm / km:5.1f}% "
+        p = cudl.bench_pair(run, blas, rounds=5, flops=flops, compute="fp16", rep_ms=40)
+        km, bm, ref_ms = p.timing.ms, p.baseline.ms, p.baseline_rounds_ms
+        rows.append(f"{name:36s} {km:7.3f} ms {flops / km / 1e9:6.1f} TF/s {100 * p.ratio:5.1f}% "
                     f"of cuBLAS alongside ({bm:.3f} ms, range {min(ref_ms):.3f}-{max(ref_ms):.3f})")
         print(rows[-1], flush=True)
     ok = []
