@@ -349,7 +349,8 @@ def test_igemm_mma_two_stages():
 @pytest.mark.parametrize("options", [("-DWN=64",), ("-DBN=256", "-DSTAGES=2"), ("-DBN=256", "-DWN=64", "-DSTAGES=2"),
                                      ("-DSTAGES=4",), ("-DWN=64", "-DSTAGES=4"), ("-DWN=64", "-DIGEMM_SM75"),
                                      ("-DBK=128", "-DSTAGES=2"), ("-DBK=128", "-DWN=64", "-DSTAGES=2"),
-                                     ("-DBK=128", "-DSTAGES=2", "-DIGEMM_SM75"), ("-DBK=128", "-DSTAGES=2", "-DC_STREAM=1")],
+                                     ("-DBK=128", "-DSTAGES=2", "-DIGEMM_SM75"),
+                                     ("-DBK=128", "-DSTAGES=2", "-DC_STREAM=1")],
                          ids=" ".join)
 def test_igemm_mma_tiles(options):
     """Wider warp tiles, the 128 x 256 block tile, 128-byte K steps, and dynamic shared memory above 48 KiB (64 KiB with
