@@ -40,9 +40,9 @@ __device__ __forceinline__ void steps(const __half* __restrict__ W,
     for (int u = 0; u < U; u++)
         for (int r = 0; r < ROWS; r++)  // rows past N read row 0 and are never stored
             if (c + STRIDE * u < chunks)
-                wv[u][r] = __ldg(reinterpret_cast<const uint4*>(
-                                   W + (size_t)(row0 + r < N ? row0 + r : 0) * K)
-                                 + c + STRIDE * u);
+                wv[u][r] = ld_weights(reinterpret_cast<const uint4*>(
+                                        W + (size_t)(row0 + r < N ? row0 + r : 0) * K)
+                                    + c + STRIDE * u);
     for (int u = 0; u < U; u++) {
         if (c + STRIDE * u >= chunks) break;
         uint4 xv = __ldg(reinterpret_cast<const uint4*>(x) + c + STRIDE * u);

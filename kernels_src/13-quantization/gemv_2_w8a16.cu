@@ -15,7 +15,7 @@
 // lane per step.
 
 #define GEMV_UNROLL 1  // this kernel's default UNROLL and KSPLIT (gemv_common.cuh)
-#define GEMV_KSPLIT 4
+#define GEMV_KSPLIT 2
 #include "13-quantization/gemv_common.cuh"
 
 // the 16 halves of x at chunk c as floats
@@ -72,6 +72,7 @@ extern "C" __global__ void gemv_2_w8a16(int N, int K, int group,
                                         const float* __restrict__ scale,
                                         const __half* __restrict__ x,
                                         __half* __restrict__ y) {
+    group = group_size(group);  // -DGROUP_SIZE: a constant
     // lane of the row group: KSPLIT warps act as one wide warp of 32 KSPLIT lanes
     const int lane = threadIdx.x % (32 * KSPLIT);
     const int row0 = (blockIdx.x * (blockDim.x / STRIDE) + threadIdx.x / STRIDE) * ROWS;

@@ -45,23 +45,24 @@ extern "C" __global__ void gemv_4_w4a16_smem(int N, int K, int group,
                                              __half* __restrict__ y) {
     extern __shared__ float4 xs[];  // K / 4 float4: [8][K / 32]
     const int chunks = K / 32;
-    for (int e = threadIdx.x; e < K / 4; e += blockDim.x) {  // 4 values of x per thread
-        // float4 i of chunk c: word i / 2 of the chunk,
-        // nibbles 4 (i % 2) .. 4 (i % 2) + 3
-        const int c = e / 8, i = e % 8;
-        const __half2* h = reinterpret_cast<const __half2*>(x) + 2 * e;
-        const float2 a = __half22float2(h[0]), b = __half22float2(h[1]);
-        const int n0 = 4 * (i % 2);  // nibble index of the first of the four
-        float4 v;
-        v.x = a.x * __uint_as_float((127u - 4 * nibble_pos(n0)) << 23);
-        v.y = a.y * __uint_as_float((127u - 4 * nibble_pos(n0 + 1)) << 23);
-        v.z = b.x * __uint_as_float((127u - 4 * nibble_pos(n0 + 2)) << 23);
-        v.w = b.y * __uint_as_float((127u - 4 * nibble_pos(n0 + 3)) << 23);
-        xs[i * chunks + c] = v;
-    }
-    __syncthreads();
+    auto prep = [=]() {
+        for (int e = threadIdx.x; e < K / 4; e += blockDim.x) {  // 4 values of x each
+            // float4 i of chunk c: word i / 2 of the chunk,
+            // nibbles 4 (i % 2) .. 4 (i % 2) + 3
+            const int c = e / 8, i = e % 8;
+            const __half2* h = reinterpret_cast<const __half2*>(x) + 2 * e;
+            const float2 a = __half22float2(h[0]), b = __half22float2(h[1]);
+            const int n0 = 4 * (i % 2);  // nibble index of the first of the four
+            float4 v;
+            v.x = a.x * __uint_as_float((127u - 4 * nibble_pos(n0)) << 23);
+            v.y = a.y * __uint_as_float((127u - 4 * nibble_pos(n0 + 1)) << 23);
+            v.z = b.x * __uint_as_float((127u - 4 * nibble_pos(n0 + 2)) << 23);
+            v.w = b.y * __uint_as_float((127u - 4 * nibble_pos(n0 + 3)) << 23);
+            xs[i * chunks + c] = v;
+        }
+    };
     // dot(w, c): chunk c's 32 weights w times the prepared x
-    rows_prepared_x(P, scale, N, K, group, y, [=](uint4 w, int c) {
+    rows_prepared_x(P, scale, N, K, group, y, prep, [=](uint4 w, int c) {
         return dot32_s4(w, xs, chunks, c);
     });
 }

@@ -16,6 +16,9 @@
 #define GEMV_UNROLL 2  // this kernel's default UNROLL and KSPLIT (gemv_common.cuh)
 #define GEMV_KSPLIT 1
 #include "13-quantization/gemv_common.cuh"
+#ifndef X_BATCH
+#define X_BATCH 1  // loads of x per thread in flight at once while x is prepared
+#endif
 
 __device__ __forceinline__ __half2 as_half2(unsigned u) {
     return *reinterpret_cast<const __half2*>(&u);
@@ -49,20 +52,31 @@ extern "C" __global__ void gemv_5_w4a16_half2(int N, int K, int group,
                                               const float* __restrict__ scale,
                                               const __half* __restrict__ x,
                                               __half* __restrict__ y) {
+    group = group_size(group);  // -DGROUP_SIZE: a constant
     extern __shared__ uint4 xs[];  // K / 8 uint4: [4 words][K / 32 chunks]
     const int chunks = K / 32;
-    for (int e = threadIdx.x; e < K / 8; e += blockDim.x) {  // columns 8e .. 8e + 7
-        const uint4 h = __ldg(reinterpret_cast<const uint4*>(x) + e);  // (x0 x1)..(x6 x7)
-        uint4 v;  // byte_perm 0x5410: low halves of both words, 0x7632: high halves
-        v.x = __byte_perm(h.x, h.z, 0x5410);  // (x0, x4)
-        v.y = __byte_perm(h.x, h.z, 0x7632);  // (x1, x5)
-        v.z = __byte_perm(h.y, h.w, 0x5410);  // (x2, x6)
-        v.w = __byte_perm(h.y, h.w, 0x7632);  // (x3, x7)
-        xs[(e % 4) * chunks + e / 4] = v;
-    }
-    __syncthreads();
+    auto prep = [=]() {
+        // X_BATCH loads of x per thread are issued before the first is used: one wait for
+        // memory instead of X_BATCH
+        for (int e0 = threadIdx.x; e0 < K / 8; e0 += X_BATCH * blockDim.x) {
+            uint4 h[X_BATCH];  // columns 8e .. 8e + 7: (x0 x1) .. (x6 x7)
+            for (int b = 0; b < X_BATCH; b++)
+                if (e0 + b * blockDim.x < K / 8)
+                    h[b] = __ldg(reinterpret_cast<const uint4*>(x) + e0 + b * blockDim.x);
+            for (int b = 0; b < X_BATCH; b++) {
+                const int e = e0 + b * blockDim.x;
+                if (e >= K / 8) break;
+                uint4 v;  // byte_perm 0x5410: both words' low halves, 0x7632: high
+                v.x = __byte_perm(h[b].x, h[b].z, 0x5410);  // (x0, x4)
+                v.y = __byte_perm(h[b].x, h[b].z, 0x7632);  // (x1, x5)
+                v.z = __byte_perm(h[b].y, h[b].w, 0x5410);  // (x2, x6)
+                v.w = __byte_perm(h[b].y, h[b].w, 0x7632);  // (x3, x7)
+                xs[(e % 4) * chunks + e / 4] = v;
+            }
+        }
+    };
     // dot(w, c): chunk c's 32 weights w times the prepared x
-    rows_prepared_x(P, scale, N, K, group, y, [=](uint4 w, int c) {
+    rows_prepared_x(P, scale, N, K, group, y, prep, [=](uint4 w, int c) {
         return dot32_s4(w, xs, chunks, c);
     });
 }

@@ -20,6 +20,37 @@
 #define KSPLIT GEMV_KSPLIT  // warps per row group, each on every KSPLIT-th 32 chunks
 #endif
 #define STRIDE (32 * KSPLIT)  // chunks between one lane's consecutive loads
+#ifndef LOAD
+#define LOAD 0  // weight loads: 0 __ldg, 1 no L1 allocation, 2 __ldcs (ld_weights)
+#endif
+
+// 16 bytes of weights. They are read exactly once, so keeping them in L1 only evicts x
+// (LOAD 1: ld.global.nc.L1::no_allocate; LOAD 2: evict-first in L1 and L2); LOAD 0 is
+// the plain read-only load. The emulator has no PTX for it and takes __ldg.
+__device__ __forceinline__ uint4 ld_weights(const uint4* p) {
+#if LOAD == 1 && !defined(__CUDL_EMULATOR__)
+    uint4 v;
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+        : "l"(p));
+    return v;
+#elif LOAD == 2
+    return __ldcs(p);
+#else
+    return __ldg(p);
+#endif
+}
+
+// The scale group as the kernel uses it: the argument, or with -DGROUP_SIZE=g the
+// constant g (the argument must then be g). Every chunk finds its scale by dividing by
+// the group: by a constant that is a shift, by a run-time value a dozen instructions.
+__device__ __forceinline__ int group_size(int group) {
+#ifdef GROUP_SIZE
+    return GROUP_SIZE;
+#else
+    return group;
+#endif
+}
 
 // The butterfly sum of a warp: every lane ends with the total (no broadcast needed).
 __device__ __forceinline__ float warp_sum(float v) {
@@ -65,45 +96,73 @@ __device__ __forceinline__ void load_chunks(const void* __restrict__ Q,
         for (int r = 0; r < ROWS; r++)
             if (c + STRIDE * u < K / PER_CHUNK) {
                 const size_t n = row0 + r < N ? row0 + r : 0;
-                wv[u][r] = __ldg(reinterpret_cast<const uint4*>(
-                                     bytes + n * (K / (PER_CHUNK / 16)))
-                                 + c + STRIDE * u);
+                wv[u][r] = ld_weights(reinterpret_cast<const uint4*>(
+                                          bytes + n * (K / (PER_CHUNK / 16)))
+                                      + c + STRIDE * u);
                 s[u][r] =
                     __ldg(scale + n * groups + PER_CHUNK * (c + STRIDE * u) / group);
             }
 }
 
-// The steps of gemv_4 and gemv_5, whose x is prepared in shared memory: U chunks (32 int4
-// weights each) of each of the warp's rows from chunk c on, all loaded (load_chunks)
-// before the first product; dot(w, c) is the kernel's dot product of chunk c's weights w
-// with its prepared x.
+// The products of U loaded chunks (32 int4 weights each, from chunk c on at stride
+// STRIDE) of each of the warp's rows; dot(w, c) is the kernel's dot product of chunk
+// c's weights w with its prepared x.
+template <int U, class Dot>
+__device__ __forceinline__ void products(const uint4 (&wv)[U][ROWS],
+                                         const float (&s)[U][ROWS], int K, int c,
+                                         float* acc, Dot dot) {
+    for (int u = 0; u < U; u++)
+        if (c + STRIDE * u < K / 32)  // not past the end of the row (last step)
+            for (int r = 0; r < ROWS; r++)
+                acc[r] = fmaf(s[u][r], dot(wv[u][r], c + STRIDE * u), acc[r]);
+}
+
+// The steps of gemv_4 and gemv_5, whose x is prepared in shared memory: U chunks of each
+// of the warp's rows from chunk c on, all loaded (load_chunks) before the first product.
 template <int U, class Dot>
 __device__ __forceinline__ void steps_prepared_x(const unsigned char* __restrict__ P,
                                                  const float* __restrict__ scale, int N,
                                                  int K, int group, int row0, int c,
                                                  float* acc, Dot dot) {
-    const int groups = K / group, chunks = K / 32;
     uint4 wv[U][ROWS];
     float s[U][ROWS];
-    load_chunks<U, 32>(P, scale, N, K, group, groups, row0, c, wv, s);
-    for (int u = 0; u < U; u++)
-        if (c + STRIDE * u < chunks)  // not past the end of the row (last step)
-            for (int r = 0; r < ROWS; r++)
-                acc[r] = fmaf(s[u][r], dot(wv[u][r], c + STRIDE * u), acc[r]);
+    load_chunks<U, 32>(P, scale, N, K, group, K / group, row0, c, wv, s);
+    products<U>(wv, s, K, c, acc, dot);
 }
 
-// gemv_4's and gemv_5's work after x is prepared: every warp's rows, summed into y.
-template <class Dot>
+// gemv_4's and gemv_5's work: prep() writes the block's x to shared memory, then every
+// warp's rows are summed into y. With -DEARLY=1 a warp's first step of loads goes out
+// before prep(): their latency overlaps the preparation of x instead of following it.
+#ifndef EARLY
+#define EARLY 0
+#endif
+template <class Prep, class Dot>
 __device__ __forceinline__ void rows_prepared_x(const unsigned char* __restrict__ P,
                                                 const float* __restrict__ scale, int N,
                                                 int K, int group, __half* __restrict__ y,
-                                                Dot dot) {
+                                                Prep prep, Dot dot) {
     // lane of the row group: KSPLIT warps act as one wide warp of 32 KSPLIT lanes
     const int lane = threadIdx.x % (32 * KSPLIT);
     const int row0 = (blockIdx.x * (blockDim.x / STRIDE) + threadIdx.x / STRIDE) * ROWS;
     float acc[ROWS] = {};
+#if EARLY
+    uint4 wv[UNROLL][ROWS];
+    float s[UNROLL][ROWS];
+    if (row0 < N)
+        load_chunks<UNROLL, 32>(P, scale, N, K, group, K / group, row0, lane, wv, s);
+    prep();
+    __syncthreads();
+    if (row0 < N) {
+        products<UNROLL>(wv, s, K, lane, acc, dot);
+        for (int c = lane + STRIDE * UNROLL; c < K / 32; c += STRIDE * UNROLL)
+            steps_prepared_x<UNROLL>(P, scale, N, K, group, row0, c, acc, dot);
+    }
+#else
+    prep();
+    __syncthreads();
     if (row0 < N)  // a warp without rows only joins the shared sums of store_rows
         for (int c = lane; c < K / 32; c += STRIDE * UNROLL)
             steps_prepared_x<UNROLL>(P, scale, N, K, group, row0, c, acc, dot);
+#endif
     store_rows(acc, row0, N, y);
 }

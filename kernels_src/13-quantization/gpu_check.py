@@ -8,8 +8,13 @@ fp8 conversions bit-exact against PyTorch. Prints a short table last.
 
     python3 kernels_src/13-quantization/gpu_check.py --sweep
 checks then times the GEMV variants of SWEEP (ROWS, UNROLL, KSPLIT, WARPS) three ways: cudl.bench with the
-L2 flush that writes (CUDL_L2_FLUSH=write, the default), with the flush that reads (=read), and back to back
+L2 flush that writes (CUDL_L2_FLUSH=write), with the flush that reads (=read, the default), and back to back
 over rotating copies of the weights without any flush; each against cuBLAS's fp16 GEMV timed the same way.
+
+    python3 kernels_src/13-quantization/gpu_check.py --igemm --tune
+--igemm: igemm_2_mma's tiles, K step and stages, each timed right after cuBLAS's fp16 GEMM. --tune: the
+small-size ceilings (an empty kernel, a copy moving each GEMV's bytes, read_bytes.cu reading them) and the
+LOAD / EARLY / X_BATCH / GROUP_SIZE variants against the defaults (see the notes above TUNE).
 """
 
 from __future__ import annotations
@@ -344,11 +349,197 @@ def sweep() -> None:
         print(f"  {name:19s} {cfg:32s} " + " ".join(f"{1e3 * t:6.1f}" for t in ts) + " us")
 
 
+# ---- python3 kernels_src/13-quantization/gpu_check.py --tune (about a minute on an H100) ----
+# Round 3 of the GEMV work (2026-11-25, H100). Its first part measured RING, persistent warps that kept a ring
+# of loads in flight per lane across row ends, with x in shared memory prepared after the first loads (1, 2
+# or 4 warps per row, 1 or 2 rows at once, 4 or 8 warps per block, 1-4 rows per warp): slower than the
+# defaults at every shape and format (up to 1.2x), so it was dropped (commit dfd133c has it). What is timed
+# now: what the hardware allows for these byte counts in one launch (an empty kernel, a copy moving the
+# bytes, read_bytes.cu reading them), then the defaults against LOAD (weights without L1 allocation or
+# evict-first), gemv_5's EARLY (first loads before x is prepared) and X_BATCH (x's loads batched), and
+# GROUP_SIZE (the scale group a compile-time constant: a shift instead of a division per chunk).
+# Round 2 (H100): gemv_1 reads as fast as read_bytes already (94-101%), LOAD changes nothing beyond noise;
+# gemv_2 gains with KSPLIT 2 (8 warps); gemv_5 with GROUP_SIZE (up to 1.1x), EARLY was slower, X_BATCH mixed.
+# Round 3: those two picks, combined and checked again. Picked (the chapter's GEMV table): gemv_1 as it was
+# (LOAD within noise), gemv_2 KSPLIT 2 with 8 warps and GROUP_SIZE (1.04-1.12x its old default), gemv_5 with
+# GROUP_SIZE (1.05-1.07x); X_BATCH, UNROLL 4, 32 warps within noise of it. The GEMVs then read at 79-99% of
+# read_bytes' rate; read_bytes itself is 1.13-1.15x (fp16 bytes), 1.95-1.98x (int8) and 3.10-3.16x (int4)
+# cuBLAS's fp16 GEMV at the two large shapes: below the 1.2x, 2.2x and 3.5x targets.
+TUNE = {  # kernel: [(label, -D options, WARPS, KSPLIT)], the default first
+    "gemv_1_fp16": [("default", (), 16, 8), ("LOAD=1", ("-DLOAD=1",), 16, 8)],
+    "gemv_2_w8a16": [("default", (), 8, 4), ("KS=2 W=8", ("-DKSPLIT=2",), 8, 2),
+                     ("LOAD=1 KS=2 W=8", ("-DLOAD=1", "-DKSPLIT=2"), 8, 2),
+                     ("KS=2 W=8 GROUP_SIZE", ("-DKSPLIT=2", f"-DGROUP_SIZE={GROUP}"), 8, 2),
+                     ("LOAD=1 KS=2 W=8 GROUP_SIZE", ("-DLOAD=1", "-DKSPLIT=2", f"-DGROUP_SIZE={GROUP}"), 8, 2),
+                     ("KS=2 W=16 GROUP_SIZE", ("-DKSPLIT=2", f"-DGROUP_SIZE={GROUP}"), 16, 2),
+                     ("KS=2 W=4 GROUP_SIZE", ("-DKSPLIT=2", f"-DGROUP_SIZE={GROUP}"), 4, 2),
+                     ("KS=4 W=8 GROUP_SIZE", ("-DKSPLIT=4", f"-DGROUP_SIZE={GROUP}"), 8, 4),
+                     ("KS=2 U=2 GROUP_SIZE", ("-DKSPLIT=2", "-DUNROLL=2", f"-DGROUP_SIZE={GROUP}"), 8, 2)],
+    "gemv_5_w4a16_half2": [("default", (), 16, 1), ("GROUP_SIZE", (f"-DGROUP_SIZE={GROUP}",), 16, 1),
+                           ("GROUP_SIZE X_BATCH=4", (f"-DGROUP_SIZE={GROUP}", "-DX_BATCH=4"), 16, 1),
+                           ("GROUP_SIZE U=1", (f"-DGROUP_SIZE={GROUP}", "-DUNROLL=1"), 16, 1),
+                           ("GROUP_SIZE U=4", (f"-DGROUP_SIZE={GROUP}", "-DUNROLL=4"), 16, 1),
+                           ("GROUP_SIZE W=8", (f"-DGROUP_SIZE={GROUP}",), 8, 1),
+                           ("GROUP_SIZE W=32", (f"-DGROUP_SIZE={GROUP}",), 32, 1),
+                           ("GROUP_SIZE LOAD=1", (f"-DGROUP_SIZE={GROUP}", "-DLOAD=1"), 16, 1),
+                           ("GROUP_SIZE KS=2", (f"-DGROUP_SIZE={GROUP}", "-DKSPLIT=2"), 16, 2)],
+}
+KINDS = {"gemv_1_fp16": "fp16", "gemv_2_w8a16": "w8", "gemv_5_w4a16_half2": "w4"}
+
+
+def tune() -> None:
+    import time
+
+    import cupy
+
+    t0 = time.time()
+    copy = cudl.ceilings()["copy_gbps"]
+    sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
+    quick = dict(warmup_ms=5, rep_ms=40, max_runs=300)
+    read_ks = [cudl.load(f"{D}/read_bytes.cu", "read_bytes", options=(f"-DIN_FLIGHT={f}",)) for f in (4, 8)]
+    empty_k = cudl.load('extern "C" __global__ void empty() {}', "empty")
+    sink = cupy.zeros(1, dtype=cupy.int32)
+    t_empty = cudl.bench(lambda: empty_k((sms,), (256,), ()), **quick).ms
+    print(f"{cudl.gpu_name()}, {sms} SMs: copy {copy:.0f} GB/s (1 GiB); empty kernel {1e3 * t_empty:.1f} us "
+          "(bench, read flush)", flush=True)
+    small = {}  # bytes -> (copy us, read us)
+    print("bytes MB | copy moving them: us %1GiB | read_bytes (best of 4 grids, 4 or 8 loads in flight): us %1GiB")
+    for N, K in SHAPES:
+        for kind in ("fp16", "w8", "w4"):
+            nb = gemv_bytes(kind, N, K)
+            if nb in small:  # 4096 x 11008 and 11008 x 4096 read the same bytes
+                continue
+            src = cupy.full(nb // 8, 7, dtype=cupy.int32)  # nb / 2 bytes copied = nb moved
+            dst = cupy.empty_like(src)
+            tc = cudl.bench(lambda: cupy.copyto(dst, src), **quick).ms
+            buf = cupy.full(nb // 4, 7, dtype=cupy.int32)
+            tr = min(cudl.bench(lambda k=k, b=b, t=t: k((b * sms,), (t,), (buf, nb // 16, sink)), **quick).ms
+                     for b, t in ((4, 512), (8, 256), (2, 1024), (16, 128)) for k in read_ks)
+            small[nb] = (tc, tr)
+            print(f"  {nb / 1e6:6.1f} ({kind}) | {1e3 * tc:6.1f} {100 * nb / tc / 1e6 / copy:3.0f}% | "
+                  f"{1e3 * tr:6.1f} {100 * nb / tr / 1e6 / copy:3.0f}%", flush=True)
+    results = []  # (shape, kind, name, label, us, cuBLAS us)
+    for N, K in SHAPES:
+        w32 = cudl.randn((N, K)) * 0.02
+        x = cudl.randn(K).astype(np.float16)
+        w16 = w32.astype(np.float16)
+        wt, xt = tt(w16), tt(x)
+        data = {"fp16": (w16,)}
+        refs = {"fp16": wt.double() @ xt.double()}
+        for kind in ("w8", "w4"):
+            q, sc = quantize_on_gpu(w32, kind)
+            data[kind] = (GROUP, q, sc)
+            refs[kind] = dequant_torch(q, sc, kind, N, K) @ xt.double()
+        t_cub = cudl.bench(lambda: torch.matmul(wt, xt), **quick).ms
+        for name, kind in KINDS.items():
+            for label, opts, wp, ks in TUNE[name]:
+                k = cudl.load(f"{D}/{name}.cu", name, options=opts)
+                rows = 2 if "-DROWS=2" in opts else 1
+                smem = 2 * K if name == "gemv_5_w4a16_half2" else 0
+                y = cudl.poisoned(N, np.float16)
+                args = (N, K, *data[kind], x, y)
+                grid = (cdiv(N * ks, rows * wp),)
+
+                def launch(k=k, grid=grid, wp=wp, args=args, smem=smem):
+                    k(grid, (32 * wp,), args, shared_mem=smem)
+
+                launch()
+                cudl.sync()
+                err = float((tt(y).double() - refs[kind]).norm() / refs[kind].norm())  # NaN rows fail too
+                if not err < 2e-3:
+                    print(f"  BAD {N}x{K} {name} {label}: err {err:.1e}", flush=True)
+                    continue
+                t = min(cudl.bench(launch, **quick).ms for _ in range(2))  # the better of two: less noise
+                results.append(((N, K), kind, name, label, t, t_cub, k.num_regs))
+        t_cub2 = cudl.bench(lambda: torch.matmul(wt, xt), **quick).ms
+        print(f"== {N}x{K}: cuBLAS {1e3 * t_cub:.1f} us (after: {1e3 * t_cub2:.1f}); us, x cuBLAS, % of 1 GiB copy / "
+              "small copy / read_bytes", flush=True)
+        for name, kind in KINDS.items():
+            nb = gemv_bytes(kind, N, K)
+            tc, tr = small[nb]
+            print(f"  {name} " + " | ".join(
+                f"{r[3]} {1e3 * r[4]:.1f} x{t_cub / r[4]:.2f} {100 * nb / r[4] / 1e6 / copy:.0f}/"
+                f"{100 * tc / r[4]:.0f}/{100 * tr / r[4]:.0f}"
+                for r in results if r[0] == (N, K) and r[2] == name), flush=True)
+    print(f"\n==== tune summary ({time.time() - t0:.0f} s): default and best per shape and format: us, x cuBLAS, "
+          "% of 1 GiB copy / small copy / read_bytes; 'ceiling' = x cuBLAS of read_bytes itself")
+    targets = {"fp16": 1.2, "w8": 2.2, "w4": 3.5}
+    for shape in SHAPES:
+        for kind in ("fp16", "w8", "w4"):
+            rows_ = [r for r in results if r[0] == shape and r[1] == kind]
+            if not rows_:
+                print(f"{shape} {kind}: no correct variant")
+                continue
+            nb = gemv_bytes(kind, *shape)
+            tc, tr = small[nb]
+            out = [f"{r[3]} {1e3 * r[4]:.1f} x{r[5] / r[4]:.2f} {100 * nb / r[4] / 1e6 / copy:.0f}/"
+                   f"{100 * tc / r[4]:.0f}/{100 * tr / r[4]:.0f}"
+                   for r in [rows_[0], min(rows_, key=lambda r: r[4])]]
+            print(f"{shape[0]}x{shape[1]} {kind:4s} " + " | ".join(out)
+                  + f" | ceiling x{rows_[0][5] / tr:.2f} (target x{targets[kind]})")
+    print("best over the three shapes (sum of times) per kernel:")
+    for name in KINDS:
+        by = {}
+        for r in results:
+            if r[2] == name:
+                by.setdefault(r[3], []).append(r[4])
+        full = {c: v for c, v in by.items() if len(v) == len(SHAPES)}
+        for c, v in sorted(full.items(), key=lambda kv: sum(kv[1]))[:3]:
+            print(f"  {name:19s} {c:28s} " + " ".join(f"{1e3 * t:6.1f}" for t in v) + " us")
+
+
+def igemm_tiles() -> None:
+    """igemm_2_mma's block and warp tiles, K step and stages (python3 gpu_check.py --igemm) at 4096^3, each
+    checked bit-exact against torch._int_mm, then timed right after cuBLAS's fp16 GEMM (its clock drifts by up
+    to a tenth over a run: the first H100 round measured it at 748 and later 692 TFLOP/s)."""
+    M = N = K = 4096
+    flops = 2 * M * N * K
+    rng = np.random.default_rng()
+    a = cudl.xp.asarray(rng.integers(-128, 128, (M, K)).astype(np.int8))
+    b = cudl.xp.asarray(rng.integers(-128, 128, (N, K)).astype(np.int8))
+    at, bt = tt(a), tt(b)
+    ref = torch._int_mm(at, bt.t())
+    a16 = torch.randn(M, K, device="cuda", dtype=torch.float16)
+    b16 = torch.randn(N, K, device="cuda", dtype=torch.float16)
+    runs = {"torch._int_mm": lambda: torch._int_mm(at, bt.t())}
+    c = cudl.xp.empty((M, N), dtype=np.int32)
+    # round 2 (H100): BK=128 with 2 or 3 stages 0.96-0.97x cuBLAS, BK=64 0.88-0.92x; 4 stages and WN=64 slower;
+    # round 3: BK=128 0.97-0.98x with 2 or 3 stages, C_STREAM within noise: the chapter builds BK=128, 2 stages
+    for bn, wn, stages, bk, cs in [(128, 32, 3, 64, 0), (128, 32, 2, 128, 0), (128, 32, 3, 128, 0),
+                                   (128, 32, 2, 128, 1), (128, 32, 3, 128, 1)]:
+        k = cudl.load(f"{D}/igemm_2_mma.cu", "igemm_2_mma",
+                      options=(f"-DBN={bn}", f"-DWN={wn}", f"-DSTAGES={stages}", f"-DBK={bk}", f"-DC_STREAM={cs}"))
+        smem = stages * (128 + bn) * bk
+        smem = smem if smem > 48 * 1024 else 0
+        grid, block = (N // bn, M // 128), (64 * bn // wn,)
+        c.fill(-1)
+        k(grid, block, (M, N, K, a, b, c), shared_mem=smem)
+        name = f"igemm_2_mma BN={bn} WN={wn} STAGES={stages} BK={bk} C_STREAM={cs} r{k.num_regs}"
+        if not torch.equal(tt(c), ref):
+            print(f"  BAD {name}", flush=True)
+            continue
+        runs[name] = lambda k=k, grid=grid, block=block, smem=smem: k(grid, block, (M, N, K, a, b, c),
+                                                                     shared_mem=smem)
+    print("==== int8 GEMM 4096^3 (exact vs torch._int_mm); each timed right after cuBLAS fp16; target >= 1.0x")
+    for rnd in range(2):  # twice through the list: the spread between rounds is the clock's drift
+        for name, run in runs.items():
+            base = cudl.bench(lambda: a16 @ b16.t(), flops=flops)
+            t = cudl.bench(run, flops=flops)
+            print(f"  {rnd} {name:58s} {t.ms:8.4f} ms {t.tflops:6.1f} T(FL)OP/s x{t.speedup_over(base):5.2f} "
+                  f"of cuBLAS fp16 just before ({base.tflops:.0f})", flush=True)
+
+
 def main() -> None:
     import sys
 
     if "--sweep" in sys.argv:
         sweep()
+        return
+    if "--tune" in sys.argv or "--igemm" in sys.argv:  # the GEMV table last
+        if "--igemm" in sys.argv:
+            igemm_tiles()
+        if "--tune" in sys.argv:
+            tune()
         return
     print(cudl.ceilings(), flush=True)
     for part in (gemv, igemm, fp8):

@@ -228,6 +228,68 @@ def test_gemv_w4a16_every_nibble_position():
         check_gemv(y, ref, f"{name}: nibble positions")
 
 
+# gemv_5's options: the first step's loads before x is prepared (EARLY), x's loads batched (X_BATCH), weights
+# loaded without L1 allocation or evict-first (LOAD); gemv_1 and gemv_2 with LOAD too
+@pytest.mark.parametrize("options", [("-DEARLY=1",), ("-DEARLY=1", "-DUNROLL=3", "-DKSPLIT=2"), ("-DX_BATCH=3",),
+                                     ("-DX_BATCH=4", "-DEARLY=1", "-DLOAD=1", "-DROWS=2"), ("-DLOAD=2",),
+                                     ("-DGROUP_SIZE=G", "-DEARLY=1")],
+                         ids=" ".join)
+@pytest.mark.parametrize("shape", [s for s in GEMV_SHAPES if s[1] % 32 == 0 and s[2] % 32 == 0],
+                         ids=lambda s: "x".join(map(str, s)))
+def test_gemv_w4a16_half2_options(shape, options):
+    N, K, group = shape
+    w, x = rand(N, K), rand(K).astype(np.float16)
+    p, s = quantize_int4_ref(w, group)
+    y = out_buf(N, np.float16, np.nan)
+    options = tuple(v.replace("=G", f"={group}") for v in options)  # GROUP_SIZE: the shape's group
+    o = dict(v[2:].split("=") for v in options)
+    rows, ksplit, warps = int(o.get("ROWS", 1)), int(o.get("KSPLIT", 1)), 4
+    k = cudl.load(f"{D}/gemv_5_w4a16_half2.cu", "gemv_5_w4a16_half2", options=options)
+    k((cdiv(N * ksplit, rows * warps),), (32 * warps,),
+      (N, K, group, cudl.xp.asarray(p), cudl.xp.asarray(s), cudl.xp.asarray(x), y), shared_mem=2 * K)
+    cudl.sync()
+    ref = dequantize_ref(unpack_int4(p), s, group).astype(np.float64) @ x.astype(np.float64)
+    check_gemv(y, ref, f"gemv_5 {options}")
+
+
+@pytest.mark.parametrize("load", [1, 2])
+@pytest.mark.parametrize("shape", GEMV_SHAPES[:4], ids=lambda s: "x".join(map(str, s)))
+def test_gemv_load_options(shape, load):
+    """LOAD for gemv_1 and gemv_2; gemv_2 also with its group fixed at compile time (GROUP_SIZE)."""
+    N, K, group = shape
+    w, x = rand(N, K), rand(K).astype(np.float16)
+    q, s = quantize_int8_ref(w, group)
+    w16 = w.astype(np.float16)
+    for name, ops, ref in (("gemv_1_fp16", (cudl.xp.asarray(w16),), w16.astype(np.float64) @ x.astype(np.float64)),
+                           ("gemv_2_w8a16", (group, cudl.xp.asarray(q), cudl.xp.asarray(s)),
+                            dequantize_ref(q, s, group).astype(np.float64) @ x.astype(np.float64))):
+        y = out_buf(N, np.float16, np.nan)
+        fixed = (f"-DGROUP_SIZE={group}",) if name == "gemv_2_w8a16" and load == 2 else ()
+        k = cudl.load(f"{D}/{name}.cu", name, options=(f"-DLOAD={load}", "-DKSPLIT=2", *fixed))
+        k((cdiv(N * 2, 4),), (128,), (N, K, *ops, cudl.xp.asarray(x), y))
+        cudl.sync()
+        check_gemv(y, ref, f"{name} LOAD={load}")
+
+
+@pytest.mark.parametrize("in_flight", [4, 8])
+@pytest.mark.parametrize("where", [2, 10, 21])
+def test_read_bytes_reads_every_chunk(in_flight, where):
+    """read_bytes (the ceiling of the GEMV timings) with one thread: the XOR of all it read equals the constant
+    exactly when the one nonzero word sits in a chunk it reads, in the IN_FLIGHT loop or in the tail."""
+    n = 22
+    buf = np.zeros(4 * n, np.uint32)
+    buf[4 * where + 1] = 0x9E3779B9
+    sink = cudl.xp.full(1, -1, dtype=np.int32)
+    k = cudl.load(f"{D}/read_bytes.cu", "read_bytes", options=(f"-DIN_FLIGHT={in_flight}",))
+    k((1,), (1,), (cudl.xp.asarray(buf), n, sink))
+    cudl.sync()
+    assert int(cudl.to_numpy(sink)[0]) == int(np.int32(np.uint32(0x9E3779B9).view(np.int32)))
+    sink.fill(-1)
+    k((1,), (1,), (cudl.xp.asarray(buf), where, sink))  # n = where: stops before that chunk
+    cudl.sync()
+    assert int(cudl.to_numpy(sink)[0]) == -1
+
+
 def test_gemv_check_can_fail():
     """The GEMV check rejects a result from the wrong group size (scales of group 64 read as group 128)."""
     N, K = 9, 256
@@ -254,8 +316,12 @@ def igemm(name: str, M: int, N: int, K: int, options=()) -> None:
     k = cudl.load(f"{D}/{name}.cu", name, options=options)
     if name == "igemm_1_dp4a":
         k((cdiv(N, 64), cdiv(M, 64)), (16, 16), (M, N, K, cudl.xp.asarray(a), cudl.xp.asarray(b), c))
-    else:
-        k((N // 128, M // 128), (256,), (M, N, K, cudl.xp.asarray(a), cudl.xp.asarray(b), c))
+    else:  # the block tile (128 x BN), warp tile (64 x WN), stages and shared memory of the options
+        o = dict(v[2:].split("=") for v in options if "=" in v)
+        bn, wn, stages = int(o.get("BN", 128)), int(o.get("WN", 32)), int(o.get("STAGES", 3))
+        smem = stages * (128 + bn) * int(o.get("BK", 64))
+        k((N // bn, M // 128), (64 * bn // wn,), (M, N, K, cudl.xp.asarray(a), cudl.xp.asarray(b), c),
+          shared_mem=smem if smem > 48 * 1024 else 0)
     cudl.sync()
     got = take(c, M * N, np.iinfo(np.int32).min).reshape(M, N)
     np.testing.assert_array_equal(got, a.astype(np.int64) @ b.astype(np.int64).T)
@@ -278,6 +344,18 @@ def test_igemm_mma_sm75_path():
 
 def test_igemm_mma_two_stages():
     igemm("igemm_2_mma", 256, 128, 320, options=("-DSTAGES=2",))
+
+
+@pytest.mark.parametrize("options", [("-DWN=64",), ("-DBN=256", "-DSTAGES=2"), ("-DBN=256", "-DWN=64", "-DSTAGES=2"),
+                                     ("-DSTAGES=4",), ("-DWN=64", "-DSTAGES=4"), ("-DWN=64", "-DIGEMM_SM75"),
+                                     ("-DBK=128", "-DSTAGES=2"), ("-DBK=128", "-DWN=64", "-DSTAGES=2"),
+                                     ("-DBK=128", "-DSTAGES=2", "-DIGEMM_SM75"),
+                                     ("-DBK=128", "-DSTAGES=2", "-DC_STREAM=1")],
+                         ids=" ".join)
+def test_igemm_mma_tiles(options):
+    """Wider warp tiles, the 128 x 256 block tile, 128-byte K steps, and dynamic shared memory above 48 KiB (64 KiB with
+    STAGES=4: the emulator's T4 allows no more; BN=256 with 3 stages, 72 KiB, runs only on the H100)."""
+    igemm("igemm_2_mma", 256, 512, 384, options=options)
 
 
 # ------------------------------------------------------------------------------ fp8 (GPU only)
