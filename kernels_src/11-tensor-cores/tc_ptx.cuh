@@ -228,6 +228,35 @@ __device__ __forceinline__ void wgmma_64x64x16_first(float* d, unsigned long lon
           "=f"(d[30]), "=f"(d[31])
         : "l"(da), "l"(db));
 }
+// d (64 x 48, 24 floats per thread) += A (64 x 16) x B (16 x 48), both K-major in shared
+// memory: with two 64 x 64 products, the 176-key tiles of flash_attn_6_ws.
+__device__ __forceinline__ void wgmma_64x48x16(float* d, unsigned long long da,
+                                               unsigned long long db) {
+    asm volatile(
+        "wgmma.mma_async.sync.aligned.m64n48k16.f32.f16.f16 {"
+        "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,"
+        "%20,%21,%22,%23}, "
+        "%24, %25, 1, 1, 1, 0, 0;\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]),
+          "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]),
+          "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]),
+          "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23])
+        : "l"(da), "l"(db));
+}
+// The same, d = A x B (scale-d = 0).
+__device__ __forceinline__ void wgmma_64x48x16_first(float* d, unsigned long long da,
+                                                     unsigned long long db) {
+    asm volatile(
+        "wgmma.mma_async.sync.aligned.m64n48k16.f32.f16.f16 {"
+        "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,"
+        "%20,%21,%22,%23}, "
+        "%24, %25, 0, 1, 1, 0, 0;\n"
+        : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3]), "=f"(d[4]), "=f"(d[5]),
+          "=f"(d[6]), "=f"(d[7]), "=f"(d[8]), "=f"(d[9]), "=f"(d[10]), "=f"(d[11]),
+          "=f"(d[12]), "=f"(d[13]), "=f"(d[14]), "=f"(d[15]), "=f"(d[16]), "=f"(d[17]),
+          "=f"(d[18]), "=f"(d[19]), "=f"(d[20]), "=f"(d[21]), "=f"(d[22]), "=f"(d[23])
+        : "l"(da), "l"(db));
+}
 // d (64 x 128, 64 floats per thread) += A (64 x 16, 4 registers per thread in the
 // mma.sync A layout) x B (16 x 128, N-major: imm-trans-b = 1, at db).
 __device__ __forceinline__ void wgmma_64x128x16_rs(float* d, const unsigned* a,

@@ -9,13 +9,15 @@
 // slot is refilled as soon as the scores are computed. The producer gives its registers
 // away (setmaxnreg: PRODUCER_REGS) to the two consumer warpgroups (CONSUMER_REGS), which
 // run kernel 5's step: issue S_j = Q K_j and O += P_(j-1) V_(j-1), wait for the first,
-// softmax of S_j while P V runs. No thread of the block waits at a block-wide barrier.
+// softmax of S_j while P V runs; P_j becomes fp16 A fragments only once P V has read
+// P_(j-1), in the same registers (as FlashAttention-3 does: no second copy of P).
+// No thread of the block waits at a block-wide barrier after the setup.
 // PINGPONG: the consumers take turns to issue their products (two named barriers), so
 // that one warpgroup's softmax runs while the other's products keep the Tensor Cores busy.
 // The tensor maps (cudl.tma, box of 64 columns x BR or BC rows, 128-byte swizzle) view
 // Q, K and V as [BH S, 128]: rows of a tile past S belong to the next head (or lie past
 // the end and read as 0); their keys are masked and their query rows not written.
-// Compile with -arch=sm_90a (elsewhere the kernel is empty), -DBC (64 or 128),
+// Compile with -arch=sm_90a (elsewhere the kernel is empty), -DBC (64, 128 or 176),
 // -DSTAGES (2), -DPINGPONG (0/1), -DPRODUCER_REGS (24), -DCONSUMER_REGS (240).
 // Launch: block 384, grid (ceil(S / 128), BH), dynamic shared memory
 // (128 + 2 STAGES BC) * 256 + 1024 + 256 bytes. Head dimension 128 only.
@@ -49,7 +51,7 @@
 #define LN2 0.6931471805599453f
 #define NEG_INF (-__int_as_float(0x7f800000))
 
-static_assert(BC == 64 || BC == 128, "BC");
+static_assert(BC == 64 || BC == 128 || BC == 176, "BC: 64, 128 or 176 keys per tile");
 
 // issue_qk, issue_pv, softmax_tile and fence_regs, shared with kernel 5
 #include "12-flash-attention/flash_wgmma.cuh"
@@ -150,7 +152,7 @@ flash_attn_6_ws(int S, float scale, int causal, const unsigned long long* __rest
     float o[D / 2] = {};  // 64 x 128 per warpgroup: [8-column tile dt][4]
     float s[BC / 2];  // 64 x BC scores per warpgroup: [8-key tile nt][4]
     float m[2] = {NEG_INF, NEG_INF}, l[2] = {0.f, 0.f}, alpha[2];
-    unsigned p[BC / 16][4], p_next[BC / 16][4];  // P of the tile whose P V is pending
+    unsigned p[BC / 16][4];  // P of the tile whose P V is pending, as A fragments
     if (PINGPONG && c == 1) bar_arrive(1, 256);  // consumer 0 takes the first turn
 
     mbar_wait_asm(q_full, 0);
@@ -174,17 +176,12 @@ flash_attn_6_ws(int S, float scale, int causal, const unsigned long long* __rest
         wgmma_wait<1>();  // S_j is ready, P V may still run
         fence_regs<BC / 2>(s);
         release(k_empty(j % STAGES));
-        softmax_tile(s, m, l, alpha, p_next, j * BC, S, causal, rq, t, scale2);
+        softmax_rows(s, m, l, alpha, j * BC, S, causal, rq, t, scale2);  // P stays in s
         wgmma_wait<0>();
         fence_regs<D / 2>(o);
+        fence_p(p);  // P V has read p: now it may be replaced
         release(v_empty((j - 1) % STAGES));
-#pragma unroll
-        for (int kk = 0; kk < BC / 16; kk++)  // P V has read p: now it may be replaced
-#pragma unroll
-            for (int r = 0; r < 4; r++) {
-                asm volatile("" : "+r"(p[kk][r])::"memory");
-                p[kk][r] = p_next[kk][r];
-            }
+        pack_p(s, p);
 #pragma unroll
         for (int dt = 0; dt < D / 8; dt++) {
             o[4 * dt] *= alpha[0];

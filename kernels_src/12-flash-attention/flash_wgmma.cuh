@@ -20,11 +20,11 @@ template <int N> __device__ __forceinline__ void fence_regs(float* r) {
 #define wgmma_pv wgmma_64x128x16_rs
 
 // Online softmax of one 64 x BC tile of scores (the warpgroup's accumulators, BC / 2 per
-// thread) in place: mask, update m and l (log2 units) of rows rq and rq + 8, leave P as
-// A fragments in p and the factor for what O holds so far in alpha.
-__device__ __forceinline__ void softmax_tile(float* s, float* m, float* l, float* alpha,
-                                             unsigned (*p)[4], int n0, int S, int causal,
-                                             int rq, int t, float scale2) {
+// thread) in place: mask, update m and l (log2 units) of rows rq and rq + 8, leave P in s
+// and the factor for what O holds so far in alpha.
+__device__ __forceinline__ void softmax_rows(float* s, float* m, float* l, float* alpha,
+                                             int n0, int S, int causal, int rq, int t,
+                                             float scale2) {
     const bool edge = n0 + BC > S || (causal && n0 + BC - 1 > rq);
     float mx[2] = {NEG_INF, NEG_INF};
 #pragma unroll
@@ -54,18 +54,29 @@ __device__ __forceinline__ void softmax_tile(float* s, float* m, float* l, float
             l[h] += p0 + p1;
         }
     }
+}
+// P (fp32, the accumulator layout) as the A fragments of P V, in fp16.
+__device__ __forceinline__ void pack_p(const float* s, unsigned (*p)[4]) {
 #pragma unroll
     for (int kk = 0; kk < BC / 16; kk++)  // key tiles 2 kk, 2 kk + 1: one k16 A fragment
 #pragma unroll
         for (int r = 0; r < 4; r++)
             p[kk][r] = pack_half2(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
 }
+// Both: the softmax of the tile, then P as A fragments in p.
+__device__ __forceinline__ void softmax_tile(float* s, float* m, float* l, float* alpha,
+                                             unsigned (*p)[4], int n0, int S, int causal,
+                                             int rq, int t, float scale2) {
+    softmax_rows(s, m, l, alpha, n0, S, causal, rq, t, scale2);
+    pack_p(s, p);
+}
 
-// Issue S = Q K^T for the warpgroup's 64 rows and the K tile at ks (one wgmma group);
-// with BC = 128, keys 64-127 are a second 64 x 64 accumulator, s[32 ...], which is the
-// layout of one 64 x 128 accumulator. The first k16 step writes s without adding to it
-// (wgmma_qk_first), so s needs no zeroing: instructions that write a wgmma's registers
-// while the warpgroup's wgmma run would make ptxas wait for all of them.
+// Issue S = Q K^T for the warpgroup's 64 rows and the K tile at ks (one wgmma group):
+// per k16 step, one m64n64 wgmma per 64 keys (and one m64n48 for the last 48 of a tile
+// of 176), whose accumulators side by side, s[32 n ...], have the layout of one 64 x BC
+// accumulator. The first k16 step writes s without adding to it (wgmma_qk_first), so s
+// needs no zeroing: instructions that write a wgmma's registers while the warpgroup's
+// wgmma run make ptxas wait for each of them.
 __device__ __forceinline__ void issue_qk(float* s, unsigned qs, unsigned ks, int wg) {
 #ifdef QK_ZERO_FILL
 #pragma unroll
@@ -77,13 +88,16 @@ __device__ __forceinline__ void issue_qk(float* s, unsigned qs, unsigned ks, int
         const unsigned long long a =
             desc(qs + (kk / 4) * Q_BLOCK + wg * 64 * 128 + (kk % 4) * 32, 16, 1024);
 #pragma unroll
-        for (int n = 0; n < BC / 64; n++) {  // keys 64 n ... 64 n + 63: 8 KiB further
+        for (int n = 0; n < (BC + 63) / 64; n++) {  // keys 64 n ...: 8 KiB further
             const unsigned long long b =
                 desc(ks + (kk / 4) * T_BLOCK + n * 64 * 128 + (kk % 4) * 32, 16, 1024);
 #ifdef QK_ZERO_FILL  // the first version: s set to 0 before the fence, then += (slower)
             wgmma_qk(s + 32 * n, a, b);
 #else
-            if (kk == 0)
+            if (64 * n + 64 > BC)  // BC = 176: the last 48 keys
+                kk == 0 ? wgmma_64x48x16_first(s + 32 * n, a, b)
+                        : wgmma_64x48x16(s + 32 * n, a, b);
+            else if (kk == 0)
                 wgmma_qk_first(s + 32 * n, a, b);
             else
                 wgmma_qk(s + 32 * n, a, b);

@@ -327,9 +327,10 @@ K6 = ch12.WS
 WS_VARIANTS = [  # label, kernel, flash_kernel build: kernel 6 (warp-specialised, TMA) and kernel 5 beside it
     ("6 bc128 s2 pingpong", K6, dict(warps=12, bc=128)),
     ("6 bc128 s2 no pingpong", K6, dict(warps=12, bc=128, options=("-DPINGPONG=0",))),
+    ("6 bc176 s2 pingpong", K6, dict(warps=12, bc=176)),
+    ("6 bc176 s2 no pingpong", K6, dict(warps=12, bc=176, options=("-DPINGPONG=0",))),
     ("6 bc128 s3 pingpong", K6, dict(warps=12, bc=128, stages=3)),
     ("6 bc64 s2 pingpong", K6, dict(warps=12, bc=64)),
-    ("6 bc64 s3 no pingpong", K6, dict(warps=12, bc=64, stages=3, options=("-DPINGPONG=0",))),
     ("6 bc128 s2 regs 40/232", K6, dict(warps=12, bc=128, options=("-DPRODUCER_REGS=40",
                                                                    "-DCONSUMER_REGS=232"))),
     ("5 w8 bc128", K5, dict(warps=8, bc=128)),

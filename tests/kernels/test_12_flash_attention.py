@@ -145,11 +145,11 @@ def test_flash_overlap_bc128(bh, S, causal):
 
 
 WS_BUILDS = [dict(bc=128), dict(bc=128, options=("-DPINGPONG=0",)), dict(bc=128, stages=3),
-             dict(bc=64), dict(bc=128, options=("-DQK_ZERO_FILL",))]
+             dict(bc=64), dict(bc=176), dict(bc=128, options=("-DQK_ZERO_FILL",))]
 
 
 @pytest.mark.skipif(not hopper(), reason="TMA, setmaxnreg and wgmma need an sm_90 GPU")
-@pytest.mark.parametrize("build", WS_BUILDS, ids=["bc128", "no-pingpong", "3-stages", "bc64", "zero-fill"])
+@pytest.mark.parametrize("build", WS_BUILDS, ids=["bc128", "no-pingpong", "3-stages", "bc64", "bc176", "zero-fill"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("bh,S", [(3, 1), (2, 100), (2, 300), (1, 777)])
 def test_flash_ws(bh, S, causal, build):
