@@ -352,9 +352,9 @@ __device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
 // wgmma groups in flight use it, since ptxas, seeing a C++ loop around try_wait there,
 // serializes all the wgmma of the kernel (its warning C7513).
 __device__ __forceinline__ void mbar_wait_asm(unsigned bar, unsigned parity) {
-    asm volatile("{\n.reg .pred p;\nWAIT_%=:\n"
+    asm volatile("{\n.reg .pred p;\nWAIT:\n"  // a label in braces is local to them
                  "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
-                 "@!p bra WAIT_%=;\n}\n" :: "r"(bar), "r"(parity) : "memory");
+                 "@!p bra WAIT;\n}\n" :: "r"(bar), "r"(parity) : "memory");
 }
 // One 2-D tile of a tensor map into shared memory (TMA); x is the contiguous coordinate.
 // The copy's bytes complete a transaction on barrier `bar`.
