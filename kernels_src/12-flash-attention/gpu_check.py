@@ -324,23 +324,54 @@ def sweep(budget_s: float = 75.0):
 
 
 K6 = ch12.WS
-WS_VARIANTS = [  # label, kernel, flash_kernel build: kernel 6 (warp-specialised, TMA) and kernel 5 beside it
-    ("6 bc128 s2 pingpong", K6, dict(warps=12, bc=128)),
+WS_VARIANTS = [  # label, kernel, flash_kernel build: kernel 5, then kernel 6 (warp-specialised, TMA), the
+    # simplest first (without ping-pong): a variant that hangs stops the run
+    ("5 w8 bc128", K5, dict(warps=8, bc=128)),
+    ("5 w8 bc128 zero-fill (old)", K5, dict(warps=8, bc=128, options=("-DQK_ZERO_FILL",))),
+    ("5 w12 bc64", K5, dict(warps=12, bc=64)),
     ("6 bc128 s2 no pingpong", K6, dict(warps=12, bc=128, options=("-DPINGPONG=0",))),
-    ("6 bc176 s2 pingpong", K6, dict(warps=12, bc=176)),
     ("6 bc176 s2 no pingpong", K6, dict(warps=12, bc=176, options=("-DPINGPONG=0",))),
+    ("6 bc128 s2 pingpong", K6, dict(warps=12, bc=128)),
+    ("6 bc176 s2 pingpong", K6, dict(warps=12, bc=176)),
     ("6 bc128 s3 pingpong", K6, dict(warps=12, bc=128, stages=3)),
     ("6 bc64 s2 pingpong", K6, dict(warps=12, bc=64)),
     ("6 bc128 s2 regs 40/232", K6, dict(warps=12, bc=128, options=("-DPRODUCER_REGS=40",
                                                                    "-DCONSUMER_REGS=232"))),
-    ("5 w8 bc128", K5, dict(warps=8, bc=128)),
-    ("5 w8 bc128 zero-fill (old)", K5, dict(warps=8, bc=128, options=("-DQK_ZERO_FILL",))),
-    ("5 w12 bc64", K5, dict(warps=12, bc=64)),
 ]
 
 
+def finished(what: str, limit_s: float = 10.0) -> None:
+    """Wait for the GPU like cudl.sync, but give up after limit_s: a kernel 6 whose barriers do not match never
+    ends, and the run must still print what it measured (then exit; the context cannot be used again)."""
+    import cupy
+
+    ev = cupy.cuda.Event()
+    ev.record()
+    t0 = time.time()
+    while not ev.done:
+        if time.time() - t0 > limit_s:
+            print(f"HANG {what}: not done after {limit_s:.0f} s; stopping here", flush=True)
+            print_ws_table()
+            os._exit(3)
+        time.sleep(0.002)
+
+
+WS_ROWS: list[str] = []
+WS_BASE: dict = {}
+
+
+def print_ws_table() -> None:
+    if WS_BASE:
+        print(f"SDPA default: full {WS_BASE[False].ms:.3f} ms {WS_BASE[False].tflops:.0f} TFLOP/s | "
+              f"causal {WS_BASE[True].ms:.3f} ms {WS_BASE[True].tflops:.0f} TFLOP/s")
+    print(f"{'variant':28s} {'regs':4s} {'full: ms, TFLOP/s, % SDPA':27s} | causal")
+    print("\n".join(WS_ROWS), flush=True)
+
+
 def ws(budget_s: float = 80.0):
-    """--ws: kernel 6 (and kernel 5 beside it): correctness against float64 first, then time against SDPA."""
+    """--ws: kernel 6 (and kernel 5 beside it): each variant checked against float64 (small sizes) and SDPA in fp32
+    (the timed size) first, then timed against SDPA's default backend in the same run, one variant after the
+    other, kernel 5 first: a kernel 6 variant that hangs stops the run with the table of those before it."""
     t_start = time.time()
     d, bh, S = D_BIG, BATCH * HEADS, S_BIG
     kernels: dict = {}
@@ -353,7 +384,6 @@ def ws(budget_s: float = 80.0):
             kernels[label] = exc
             print(f"BAD {label}: build failed: {type(exc).__name__}: {str(exc)[-600:]}", flush=True)
         print(f"   built {label} in {time.time() - t0:.1f} s", flush=True)
-    ok: dict[str, bool] = {}
     small = [(3, 1), (2, 17), (2, 100), (2, 300), (1, 777)]  # one key; tails; several tiles
     cases = []
     for bh_c, S_c in small:
@@ -361,85 +391,75 @@ def ws(budget_s: float = 80.0):
         q = (q.astype(np.float32) * 4).astype(np.float16)  # scores spread over tens of units
         for causal in (False, True):
             cases.append((bh_c, S_c, causal, q, k, v, ch12.reference(q, k, v, causal)))
-    for label, kern in kernels.items():
-        if isinstance(kern, Exception):
-            ok[label] = False
-            continue
-        worst, worst_l, bad = 0.0, 0.0, []
-        try:
-            for bh_c, S_c, causal, q, k, v, (ro, rl) in cases:
-                o, lse = cudl.poisoned(q.shape, np.float16), cudl.poisoned(q.shape[:2])
-                ch12.flash_launch(kern, q, k, v, o, lse, causal)
-                cudl.sync()
-                got = cudl.to_numpy(o).astype(np.float64)
-                err = float(np.linalg.norm(got - ro) / np.linalg.norm(ro)) if np.isfinite(got).all() \
-                    else float("nan")
-                lg = cudl.to_numpy(lse)
-                lerr = float(np.abs(lg - rl).max()) if np.isfinite(lg).all() else float("nan")
-                if not (err < 2e-3 and lerr < 1e-3):
-                    bad.append(f"bh={bh_c} S={S_c} causal={causal}: {err:.1e}/{lerr:.1e}")
-                worst, worst_l = max(worst, err), max(worst_l, lerr)
-        except Exception as exc:  # noqa: BLE001
-            bad.append(f"{type(exc).__name__}: {str(exc)[:300]}")
-        ok[label] = not bad
-        print(f"{'OK ' if ok[label] else 'BAD'} {label:28s} r{kern.num_regs} vs float64, {len(cases)} cases: "
-              f"worst O {worst:.1e}, L {worst_l:.1e} {'; '.join(bad[:3])}", flush=True)
     q, k, v = qkv(bh, S, d)
     refs = {c: sdpa(*(a.astype(np.float32) for a in (q, k, v)), c).reshape(bh, S, d).double()
             for c in (False, True)}
     o, lse = cudl.poisoned((bh, S, d), np.float16), cudl.poisoned((bh, S))
-    for label, kern in kernels.items():
-        if not ok.get(label):
-            continue
-        errs = []
-        for causal in (False, True):
-            o.fill(np.nan)
-            ch12.flash_launch(kern, q, k, v, o, lse, causal)
-            cudl.sync()
-            errs.append(rel_dev(o, refs[causal]))
-        ok[label] = all(e < 2e-3 for e in errs)
-        print(f"{'OK ' if ok[label] else 'BAD'} {label:28s} S={S} bh={bh} vs SDPA fp32 (full, causal): "
-              + " ".join(f"{e:.1e}" for e in errs), flush=True)
-    base, times = {}, {}
     for causal in (False, True):
         try:
             print(f"== causal={causal}: SDPA runs {ch12.sdpa_backend(lambda: sdpa(q, k, v, causal))}", flush=True)
         except Exception as exc:  # noqa: BLE001
             print(f"== causal={causal}: SDPA backend unknown ({type(exc).__name__})", flush=True)
-        base[causal] = cudl.bench(lambda: sdpa(q, k, v, causal), flops=flops(S, d, bh, causal), rep_ms=60)
+        WS_BASE[causal] = cudl.bench(lambda: sdpa(q, k, v, causal), flops=flops(S, d, bh, causal), rep_ms=60)
 
-        def fa2(causal=causal):
-            with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-                return sdpa(q, k, v, causal)
-        try:
-            times["SDPA FlashAttention-2", causal] = cudl.bench(fa2, flops=flops(S, d, bh, causal), rep_ms=60)
-        except Exception as exc:  # noqa: BLE001
-            print(f"   SDPA FA2: {type(exc).__name__}: {str(exc)[:100]}", flush=True)
-    for label, kern in kernels.items():
-        if not ok.get(label) or time.time() - t_start > budget_s:
-            continue
-        for causal in (False, True):
-            times[label, causal] = cudl.bench(lambda: ch12.flash_launch(kern, q, k, v, o, lse, causal),
-                                              flops=flops(S, d, bh, causal), rep_ms=60)
-    for causal in (False, True):
-        again = cudl.bench(lambda: sdpa(q, k, v, causal), flops=flops(S, d, bh, causal), rep_ms=60)
-        print(f"   SDPA causal={causal}: {base[causal].ms:.3f} ms first, {again.ms:.3f} ms last", flush=True)
-    res = results.setdefault("ws", {})
-    print(f"== --ws done in {time.time() - t_start:.1f} s on {torch.cuda.get_device_name()}")
-    print(f"SDPA default: full {base[False].ms:.3f} ms {base[False].tflops:.0f} TFLOP/s | "
-          f"causal {base[True].ms:.3f} ms {base[True].tflops:.0f} TFLOP/s")
-    print(f"{'variant':28s} {'full: ms, TFLOP/s, % SDPA':27s} | causal")
-    for label in ["SDPA FlashAttention-2", *kernels]:
-        if (label, False) not in times:
-            print(f"{label:28s} {'(failed a check)' if not ok.get(label, True) else '(not timed)'}")
-            continue
+    def row(label: str, regs, fn) -> None:
         cells = []
         for causal in (False, True):
-            t = times[label, causal]
-            pct = 100 * base[causal].ms / t.ms
+            t = cudl.bench(lambda: fn(causal), flops=flops(S, d, bh, causal), rep_ms=60)
+            pct = 100 * WS_BASE[causal].ms / t.ms
             cells.append(f"{t.ms:7.3f} ms {t.tflops:4.0f} TF {pct:5.1f}%")
-            res[f"{label} causal={causal}"] = dict(ms=t.ms, tflops=t.tflops, pct_sdpa=pct)
-        print(f"{label:28s} " + " | ".join(cells))
+            results.setdefault("ws", {})[f"{label} causal={causal}"] = dict(ms=t.ms, tflops=t.tflops, pct_sdpa=pct)
+        WS_ROWS.append(f"{label:28s} {str(regs):4s} " + " | ".join(cells))
+        print("   " + WS_ROWS[-1], flush=True)
+
+    def fa2(causal):
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            return sdpa(q, k, v, causal)
+    try:
+        row("SDPA FlashAttention-2", "-", fa2)
+    except Exception as exc:  # noqa: BLE001
+        print(f"   SDPA FA2: {type(exc).__name__}: {str(exc)[:100]}", flush=True)
+    for label, kern in kernels.items():
+        if isinstance(kern, Exception):
+            WS_ROWS.append(f"{label:28s} (build failed)")
+            continue
+        worst, worst_l, bad = 0.0, 0.0, []
+        try:
+            for bh_c, S_c, causal, qc, kc, vc, (ro, rl) in cases:
+                oc, lc = cudl.poisoned(qc.shape, np.float16), cudl.poisoned(qc.shape[:2])
+                ch12.flash_launch(kern, qc, kc, vc, oc, lc, causal)
+                finished(f"{label} bh={bh_c} S={S_c} causal={causal}")
+                got = cudl.to_numpy(oc).astype(np.float64)
+                err = float(np.linalg.norm(got - ro) / np.linalg.norm(ro)) if np.isfinite(got).all() \
+                    else float("nan")
+                lg = cudl.to_numpy(lc)
+                lerr = float(np.abs(lg - rl).max()) if np.isfinite(lg).all() else float("nan")
+                if not (err < 2e-3 and lerr < 1e-3):
+                    bad.append(f"bh={bh_c} S={S_c} causal={causal}: {err:.1e}/{lerr:.1e}")
+                worst, worst_l = max(worst, err), max(worst_l, lerr)
+            big = []
+            for causal in (False, True):
+                o.fill(np.nan)
+                ch12.flash_launch(kern, q, k, v, o, lse, causal)
+                finished(f"{label} S={S} causal={causal}")
+                big.append(rel_dev(o, refs[causal]))
+            bad += [f"S={S} vs SDPA fp32: {e:.1e}" for e in big if not e < 2e-3]
+        except Exception as exc:  # noqa: BLE001
+            bad.append(f"{type(exc).__name__}: {str(exc)[:300]}")
+        print(f"{'OK ' if not bad else 'BAD'} {label:28s} r{kern.num_regs}: worst O {worst:.1e}, L {worst_l:.1e} "
+              f"vs float64 ({len(cases)} cases); S={S} vs SDPA fp32 {' '.join(f'{e:.1e}' for e in big)} "
+              f"{'; '.join(bad[:3])}", flush=True)
+        if bad:
+            WS_ROWS.append(f"{label:28s} (failed a check)")
+        elif time.time() - t_start > budget_s:
+            WS_ROWS.append(f"{label:28s} (not timed: past the {budget_s:.0f} s budget)")
+        else:
+            row(label, kern.num_regs, lambda causal, kern=kern: ch12.flash_launch(kern, q, k, v, o, lse, causal))
+    for causal in (False, True):
+        again = cudl.bench(lambda: sdpa(q, k, v, causal), flops=flops(S, d, bh, causal), rep_ms=60)
+        print(f"   SDPA causal={causal}: {WS_BASE[causal].ms:.3f} ms first, {again.ms:.3f} ms last", flush=True)
+    print(f"== --ws done in {time.time() - t_start:.1f} s on {torch.cuda.get_device_name()}")
+    print_ws_table()
 
 
 if "--ws" in sys.argv:
