@@ -423,7 +423,7 @@ def ws(budget_s: float = 80.0):
         if isinstance(kern, Exception):
             WS_ROWS.append(f"{label:28s} (build failed)")
             continue
-        worst, worst_l, bad = 0.0, 0.0, []
+        worst, worst_l, bad, big = 0.0, 0.0, [], []
         try:
             for bh_c, S_c, causal, qc, kc, vc, (ro, rl) in cases:
                 oc, lc = cudl.poisoned(qc.shape, np.float16), cudl.poisoned(qc.shape[:2])
@@ -437,7 +437,6 @@ def ws(budget_s: float = 80.0):
                 if not (err < 2e-3 and lerr < 1e-3):
                     bad.append(f"bh={bh_c} S={S_c} causal={causal}: {err:.1e}/{lerr:.1e}")
                 worst, worst_l = max(worst, err), max(worst_l, lerr)
-            big = []
             for causal in (False, True):
                 o.fill(np.nan)
                 ch12.flash_launch(kern, q, k, v, o, lse, causal)
