@@ -333,6 +333,8 @@ WS_VARIANTS = [  # label, kernel, flash_kernel build: kernel 5, then kernel 6 (w
     ("6 bc176 s2 no pingpong", K6, dict(warps=12, bc=176, options=("-DPINGPONG=0",))),
     ("6 bc128 s2 pingpong", K6, dict(warps=12, bc=128)),
     ("6 bc176 s2 pingpong", K6, dict(warps=12, bc=176)),
+    ("6 bc128 s2 pingpong fast", K6, dict(warps=12, bc=128, options=(FAST,))),
+    ("6 bc176 s2 pingpong fast", K6, dict(warps=12, bc=176, options=(FAST,))),
     ("6 bc128 s3 pingpong", K6, dict(warps=12, bc=128, stages=3)),
     ("6 bc64 s2 pingpong", K6, dict(warps=12, bc=64)),
     ("6 bc128 s2 regs 40/232", K6, dict(warps=12, bc=128, options=("-DPRODUCER_REGS=40",
