@@ -7,6 +7,7 @@ Q, K, V and O are [BH, S, D] fp16 arrays (BH = batch x heads), LSE is [BH, S] fl
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -63,6 +64,7 @@ def flash_kernel(name: str, head_dim: int, *, warps: int = 4, bc: int = 64, stag
         opts += ["-DFLASH_SM75"] if sm75 else []
     k = cudl.load(source or f"{D}/{name}.cu", name, options=opts)
     k.tile = (warps, bc, stages or FLASH[name][2])
+    k.persistent = "-DPERSISTENT" in options  # kernel 6: a grid of one block per SM
     return k
 
 
@@ -82,12 +84,22 @@ def flash_launch(kernel: Any, q: Any, k: Any, v: Any, o: Any, lse: Any, causal: 
     bh, S, d = q.shape
     scale = scale if scale is not None else 1 / math.sqrt(d)
     grid, threads, smem = flash_shape(kernel, S, bh, d)
-    if kernel.name == WS:  # TMA reads Q, K, V through tensor maps
-        q, k, v = ws_maps(q, k, v, kernel.tile[1])
+    if kernel.name == WS:  # TMA reads Q, K, V through tensor maps; a 1-D grid of work tiles
+        maps = ws_maps(q, k, v, kernel.tile[1])
+        work = grid[0] * grid[1]
+        grid = (min(work, sm_count()) if kernel.persistent else work,)
+        kernel(grid, threads, (S, np.float32(scale), int(causal), *maps, o, lse, bh), shared_mem=smem)
+        return
     kernel(grid, threads, (S, np.float32(scale), int(causal), q, k, v, o, lse), shared_mem=smem)
 
 
 _MAPS: dict[tuple[int, int, int, int], Any] = {}
+
+
+@functools.cache
+def sm_count() -> int:
+    """Streaming multiprocessors of the current GPU (asked once: a query costs more than a launch)."""
+    return int(cudl.xp.cuda.Device().attributes["MultiProcessorCount"])
 
 
 def ws_maps(q: Any, k: Any, v: Any, bc: int) -> tuple[Any, Any, Any]:

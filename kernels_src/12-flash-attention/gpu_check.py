@@ -324,21 +324,21 @@ def sweep(budget_s: float = 75.0):
 
 
 K6 = ch12.WS
+P6 = "-DPERSISTENT"  # kernel 6: a grid of one block per SM, each looping over work tiles
 WS_VARIANTS = [  # label, kernel, flash_kernel build: kernel 5, then kernel 6 (warp-specialised, TMA), the
     # simplest first (without ping-pong): a variant that hangs stops the run
     ("5 w8 bc128", K5, dict(warps=8, bc=128)),
     ("5 w8 bc128 zero-fill (old)", K5, dict(warps=8, bc=128, options=("-DQK_ZERO_FILL",))),
-    ("5 w12 bc64", K5, dict(warps=12, bc=64)),
-    ("6 bc128 s2 no pingpong", K6, dict(warps=12, bc=128, options=("-DPINGPONG=0",))),
-    ("6 bc176 s2 no pingpong", K6, dict(warps=12, bc=176, options=("-DPINGPONG=0",))),
+    ("6 bc128 s3 no pingpong", K6, dict(warps=12, bc=128, stages=3, options=("-DPINGPONG=0",))),
     ("6 bc128 s2 pingpong", K6, dict(warps=12, bc=128)),
-    ("6 bc176 s2 pingpong", K6, dict(warps=12, bc=176)),
-    ("6 bc128 s2 pingpong fast", K6, dict(warps=12, bc=128, options=(FAST,))),
-    ("6 bc176 s2 pingpong fast", K6, dict(warps=12, bc=176, options=(FAST,))),
     ("6 bc128 s3 pingpong", K6, dict(warps=12, bc=128, stages=3)),
-    ("6 bc64 s2 pingpong", K6, dict(warps=12, bc=64)),
-    ("6 bc128 s2 regs 40/232", K6, dict(warps=12, bc=128, options=("-DPRODUCER_REGS=40",
-                                                                   "-DCONSUMER_REGS=232"))),
+    ("6 bc128 s3 pingpong persist", K6, dict(warps=12, bc=128, stages=3, options=(P6,))),
+    ("6 bc176 s2 pingpong", K6, dict(warps=12, bc=176)),
+    ("6 bc176 s2 pingpong persist", K6, dict(warps=12, bc=176, options=(P6,))),
+    ("6 bc192 s2 pingpong", K6, dict(warps=12, bc=192)),
+    ("6 bc192 s2 pingpong persist", K6, dict(warps=12, bc=192, options=(P6,))),
+    ("6 bc128 s3 pp persist fast", K6, dict(warps=12, bc=128, stages=3, options=(P6, FAST))),
+    ("6 bc128 s3 no pp persist", K6, dict(warps=12, bc=128, stages=3, options=(P6, "-DPINGPONG=0"))),
 ]
 
 
