@@ -18,7 +18,8 @@
 // Q, K and V as [BH S, 128]: rows of a tile past S belong to the next head (or lie past
 // the end and read as 0); their keys are masked and their query rows not written.
 // Compile with -arch=sm_90a (elsewhere the kernel is empty), -DBC (64, 128, 176, 192),
-// -DSTAGES (2), -DPINGPONG (0/1), -DPRODUCER_REGS (24), -DCONSUMER_REGS (240).
+// -DSTAGES (2), -DPINGPONG (0/1), -DQK_WIDE (1), -DPRODUCER_REGS (24),
+// -DCONSUMER_REGS (240).
 // Launch: block 384, grid BH ceil(S / 128) (one work tile per block) or fewer (each
 // block loops over tiles), dynamic shared memory (128 + 2 STAGES BC) * 256 + 1024 + 256
 // bytes (at most 227 KiB: STAGES 3 with BC 128, 2 above). Head dimension 128 only.
@@ -40,6 +41,9 @@
 #endif
 #ifndef CONSUMER_REGS
 #define CONSUMER_REGS 240
+#endif
+#ifndef QK_WIDE  // S = Q K^T with one m64nBCk16 wgmma per k16 step (0: BC / 64 of m64n64k16)
+#define QK_WIDE 1
 #endif
 #define D 128
 #define CONSUMERS 2  // consumer warpgroups, 64 query rows each

@@ -17,6 +17,22 @@ template <int N> __device__ __forceinline__ void fence_regs(float* r) {
 // transposed): the wgmma shapes of tc_ptx.cuh that this kernel uses.
 #define wgmma_qk wgmma_64x64x16
 #define wgmma_qk_first wgmma_64x64x16_first  // S = Q K^T, not +=
+// QK_WIDE (kernel 6): one m64nBCk16 wgmma per k16 step instead of BC / 64 m64n64k16 ones
+#if defined(QK_WIDE) && QK_WIDE
+#if BC == 64
+#define wgmma_qk_wide wgmma_64x64x16
+#define wgmma_qk_wide_first wgmma_64x64x16_first
+#elif BC == 128
+#define wgmma_qk_wide wgmma_64x128x16_kk
+#define wgmma_qk_wide_first wgmma_64x128x16_kk_first
+#elif BC == 176
+#define wgmma_qk_wide wgmma_64x176x16_kk
+#define wgmma_qk_wide_first wgmma_64x176x16_kk_first
+#elif BC == 192
+#define wgmma_qk_wide wgmma_64x192x16_kk
+#define wgmma_qk_wide_first wgmma_64x192x16_kk_first
+#endif
+#endif
 #define wgmma_pv wgmma_64x128x16_rs
 
 // Online softmax of one 64 x BC tile of scores (the warpgroup's accumulators, BC / 2 per
@@ -87,6 +103,13 @@ __device__ __forceinline__ void issue_qk(float* s, unsigned qs, unsigned ks, int
     for (int kk = 0; kk < D / 16; kk++) {
         const unsigned long long a =
             desc(qs + (kk / 4) * Q_BLOCK + wg * 64 * 128 + (kk % 4) * 32, 16, 1024);
+#if defined(QK_WIDE) && QK_WIDE  // all BC keys in one wgmma: its rows follow each other
+        const unsigned long long b = desc(ks + (kk / 4) * T_BLOCK + (kk % 4) * 32, 16, 1024);
+        if (kk == 0)
+            wgmma_qk_wide_first(s, a, b);
+        else
+            wgmma_qk_wide(s, a, b);
+#else
 #pragma unroll
         for (int n = 0; n < (BC + 63) / 64; n++) {  // keys 64 n ...: 8 KiB further
             const unsigned long long b =
@@ -103,6 +126,7 @@ __device__ __forceinline__ void issue_qk(float* s, unsigned qs, unsigned ks, int
                 wgmma_qk(s + 32 * n, a, b);
 #endif
         }
+#endif  // QK_WIDE
     }
     wgmma_commit();
 }

@@ -325,20 +325,22 @@ def sweep(budget_s: float = 75.0):
 
 K6 = ch12.WS
 P6 = "-DPERSISTENT"  # kernel 6: a grid of one block per SM, each looping over work tiles
+NARROW = "-DQK_WIDE=0"  # kernel 6's Q K^T as BC / 64 wgmma of 64 keys each (round 1's kernel 6)
 WS_VARIANTS = [  # label, kernel, flash_kernel build: kernel 5, then kernel 6 (warp-specialised, TMA), the
     # simplest first (without ping-pong): a variant that hangs stops the run
     ("5 w8 bc128", K5, dict(warps=8, bc=128)),
     ("5 w8 bc128 zero-fill (old)", K5, dict(warps=8, bc=128, options=("-DQK_ZERO_FILL",))),
-    ("6 bc128 s3 no pingpong", K6, dict(warps=12, bc=128, stages=3, options=("-DPINGPONG=0",))),
-    ("6 bc128 s2 pingpong", K6, dict(warps=12, bc=128)),
-    ("6 bc128 s3 pingpong", K6, dict(warps=12, bc=128, stages=3)),
-    ("6 bc128 s3 pingpong persist", K6, dict(warps=12, bc=128, stages=3, options=(P6,))),
-    ("6 bc176 s2 pingpong", K6, dict(warps=12, bc=176)),
-    ("6 bc176 s2 pingpong persist", K6, dict(warps=12, bc=176, options=(P6,))),
-    ("6 bc192 s2 pingpong", K6, dict(warps=12, bc=192)),
-    ("6 bc192 s2 pingpong persist", K6, dict(warps=12, bc=192, options=(P6,))),
-    ("6 bc128 s3 pp persist fast", K6, dict(warps=12, bc=128, stages=3, options=(P6, FAST))),
+    ("6 bc128 s3 no pp", K6, dict(warps=12, bc=128, stages=3, options=("-DPINGPONG=0",))),
     ("6 bc128 s3 no pp persist", K6, dict(warps=12, bc=128, stages=3, options=(P6, "-DPINGPONG=0"))),
+    ("6 bc128 s3 narrow", K6, dict(warps=12, bc=128, stages=3, options=(NARROW,))),
+    ("6 bc128 s3", K6, dict(warps=12, bc=128, stages=3)),
+    ("6 bc128 s3 persist", K6, dict(warps=12, bc=128, stages=3, options=(P6,))),
+    ("6 bc128 s3 persist fast", K6, dict(warps=12, bc=128, stages=3, options=(P6, FAST))),
+    ("6 bc176 s2", K6, dict(warps=12, bc=176)),
+    ("6 bc176 s2 persist", K6, dict(warps=12, bc=176, options=(P6,))),
+    ("6 bc176 s2 persist fast", K6, dict(warps=12, bc=176, options=(P6, FAST))),
+    ("6 bc192 s2", K6, dict(warps=12, bc=192)),
+    ("6 bc192 s2 persist", K6, dict(warps=12, bc=192, options=(P6,))),
 ]
 
 

@@ -146,8 +146,10 @@ def test_flash_overlap_bc128(bh, S, causal):
 
 WS_BUILDS = [dict(bc=128), dict(bc=128, options=("-DPINGPONG=0",)), dict(bc=128, stages=3),
              dict(bc=64), dict(bc=176), dict(bc=192), dict(bc=128, options=("-DQK_ZERO_FILL",)),
-             dict(bc=128, stages=3, options=("-DPERSISTENT",)), dict(bc=176, options=("-DPERSISTENT",))]
-WS_IDS = ["bc128", "no-pingpong", "3-stages", "bc64", "bc176", "bc192", "zero-fill", "persistent", "bc176-persistent"]
+             dict(bc=128, stages=3, options=("-DPERSISTENT",)), dict(bc=176, options=("-DPERSISTENT",)),
+             dict(bc=176, options=("-DQK_WIDE=0",))]
+WS_IDS = ["bc128", "no-pingpong", "3-stages", "bc64", "bc176", "bc192", "zero-fill", "persistent", "bc176-persistent",
+          "bc176-narrow"]
 
 
 @pytest.mark.skipif(not hopper(), reason="TMA, setmaxnreg and wgmma need an sm_90 GPU")
