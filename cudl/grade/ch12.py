@@ -64,7 +64,7 @@ def flash_kernel(name: str, head_dim: int, *, warps: int = 4, bc: int = 64, stag
         opts += ["-DFLASH_SM75"] if sm75 else []
     k = cudl.load(source or f"{D}/{name}.cu", name, options=opts)
     k.tile = (warps, bc, stages or FLASH[name][2])
-    k.persistent = "-DPERSISTENT" in options  # kernel 6: a grid of one block per SM
+    k.persistent = "-DPERSISTENT" in options  # kernel 6: a grid of one block per SM (without a mask)
     return k
 
 
@@ -87,7 +87,9 @@ def flash_launch(kernel: Any, q: Any, k: Any, v: Any, o: Any, lse: Any, causal: 
     if kernel.name == WS:  # TMA reads Q, K, V through tensor maps; a 1-D grid of work tiles
         maps = ws_maps(q, k, v, kernel.tile[1])
         work = grid[0] * grid[1]
-        grid = (min(work, sm_count()) if kernel.persistent else work,)
+        # persistent blocks take the tiles in a fixed order: that evens out only equal tiles, so with a
+        # causal mask (tiles of every length) the hardware hands out one tile per block as SMs free up
+        grid = (min(work, sm_count()) if kernel.persistent and not causal else work,)
         kernel(grid, threads, (S, np.float32(scale), int(causal), *maps, o, lse, bh), shared_mem=smem)
         return
     kernel(grid, threads, (S, np.float32(scale), int(causal), q, k, v, o, lse), shared_mem=smem)

@@ -93,8 +93,9 @@ __device__ __forceinline__ void fence_p(unsigned (*p)[4]) {
 // a causal mask every head's longest rows first, else head by head (the blocks running
 // at once then share the K and V of a few heads in L2). Block b takes tiles b,
 // b + gridDim.x, ...: one tile per block (a grid of all tiles), or, with a grid of one
-// block per SM (-DPERSISTENT, which only tells the launcher), a loop in which the loads
-// of the next tile overlap the end of the current one.
+// block per SM (-DPERSISTENT, which only tells the launcher; it keeps one tile per block
+// with a causal mask, whose tiles a fixed order would share out unevenly), a loop in
+// which the loads of the next tile overlap the end of the current one.
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
 flash_attn_6_ws(int S, float scale, int causal, const unsigned long long* __restrict__ map_q,
                 const unsigned long long* __restrict__ map_k,

@@ -158,7 +158,7 @@ WS_IDS = ["bc128", "no-pingpong", "3-stages", "bc64", "bc176", "bc192", "zero-fi
 @pytest.mark.parametrize("bh,S", [(3, 1), (2, 100), (2, 300), (1, 777), (300, 200)])
 def test_flash_ws(bh, S, causal, build):
     """Kernel 6 (producer warpgroup with TMA, two consumers): tails, several tiles, 3 or 1 rounds of the ring;
-    bh = 300 gives a persistent block (one per SM) several work tiles of two key tiles each."""
+    bh = 300 gives a persistent block (one per SM, without a mask) several work tiles of two key tiles each."""
     check(ch12.WS, bh, S, 128, causal, warps=12, **build)
 
 
