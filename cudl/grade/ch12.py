@@ -53,6 +53,8 @@ def flash_kernel(name: str, head_dim: int, *, warps: int = 4, bc: int = 64, stag
     if name == WS:  # always 3 warpgroups; BC 128 unless asked, STAGES: K/V slots of the TMA ring
         if warps != 12:
             raise ValueError(f"{WS} runs 12 warps (a producer and two consumer warpgroups), not {warps}")
+        if any(o.startswith("-DSTAGES") for o in options):  # flash_shape would size shared memory wrongly
+            raise ValueError(f"{WS}: give the K/V slots as stages=, not as -DSTAGES")
         opts = [f"-DBC={bc}", *([f"-DSTAGES={stages}"] if stages else []), *options]
         opts = ["-arch=sm_90a", *opts] if cudl.on_gpu() else opts
     elif name in HOPPER:
