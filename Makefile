@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 NOTEBOOKS := $(wildcard chapters/*.ipynb) $(wildcard solutions/*.ipynb)
 
-.PHONY: all venv browser book test lint sync lab execute gpu-test clean
+.PHONY: all venv test-extras browser book test lint sync lab execute gpu-test clean
 
 all: book
 
@@ -16,6 +16,21 @@ $(STAMP): requirements.txt pyproject.toml
 	touch $@
 
 venv: $(STAMP)
+
+# PyTorch (CPU build) and Ray Train for the tests that run chapter 14's multi-process code on CPU
+# workers (gloo): the ring all-reduce, DDP, the collectives and Ray Train's TorchTrainer. torch 2.13.0
+# is pinned because its CPU wheel lies on the CI machines' disk (an unpinned torch from PyPI is a CUDA
+# build of several GB); a venv that already has torch keeps it. `make test TEST_EXTRAS=0` skips this
+# install, and those tests are then skipped with the reason.
+TEST_EXTRAS ?= 1
+EXTRAS_STAMP := $(VENV)/.extras-installed
+
+$(EXTRAS_STAMP): $(STAMP)
+	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/python -m pip install -q "torch==2.13.0"
+	$(BIN)/python -m pip install -q "ray[train]"
+	touch $@
+
+test-extras: $(if $(filter 1,$(TEST_EXTRAS)),$(EXTRAS_STAMP))
 
 # Debian's chromium for the browser test; installed when missing and we may (root, apt).
 browser:
@@ -31,7 +46,7 @@ lint: venv
 	$(BIN)/ruff check cudl tests
 
 # Unit tests, compile tests, notebook checks, and every chapter/solution notebook under the CPU emulator.
-test: venv browser lint
+test: venv test-extras browser lint
 	$(BIN)/python -m cudl.nbtools check
 	$(BIN)/jupyter-book build --all --warningiserror --keep-going . >/dev/null
 	CUDL_BOOK_BUILT=1 CUDL_BACKEND=emulator $(BIN)/pytest -q --timeout=1800 tests

@@ -82,7 +82,7 @@ _read_flush: Any = None
 #   "write": fill the buffer before each run, as the book did before 2026-11-25. L2 is then full of dirty
 #     lines, and a short read-only kernel that evicts them pays for writing them back: up to L2's size of
 #     extra DRAM traffic. tests/gpu/probe_l2_flush.py showed it on an H100 (its output is stored in
-#     benchmarks/probe_l2_flush-H100.txt): GEMVs of tens of microseconds ran about a fifth slower after a
+#     benchmarks/probe_l2_flush-H100.txt): GEMVs of tens of microseconds ran measurably slower after a
 #     write flush than after a read flush, and the read flush agreed with cycling through fresh copies of
 #     the inputs (no flush at all) wherever the inputs were larger than L2. Long kernels do not notice.
 _READ_FLUSH_SRC = r"""

@@ -106,6 +106,22 @@ _END = re.compile(r"^\s*(#|//|<!--)\s*END SOLUTION")
 _STUB = re.compile(r"^(\s*)(#|//)\s*STUB:\s?(.*)$")
 
 
+def solution_lines(source: str) -> list[str]:
+    """The code lines of a solution cell between BEGIN/END SOLUTION, without comments and whitespace, and only
+    those long enough (12 characters) to give the solution away: what a hint must not contain."""
+    out, inside = [], False
+    for line in source.splitlines():
+        if _BEGIN.match(line):
+            inside = True
+        elif _END.match(line):
+            inside = False
+        elif inside:
+            code = re.sub(r"\s+", "", line.split("//")[0]).strip("{};")
+            if len(code) >= 12:
+                out.append(code)
+    return out
+
+
 def strip_solution(text: str) -> str:
     """Drop BEGIN/END SOLUTION blocks; turn `# STUB: code` / `// STUB: code` lines into `code`."""
     out, skipping = [], False

@@ -16,3 +16,26 @@ try:
     _nvrtc.nvrtcVersion()
 except ImportError:
     pass
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture
+def mutated_kernel(monkeypatch):
+    """`mutated_kernel(slug, name, old, new, race=False)`: the source of kernels_src/<slug>/<name>.cu with the
+    one line `old` replaced by `new` (the line must still be there, once). A race mutant (a missing barrier)
+    runs under the emulator's race check; on a GPU it is skipped, since a race shows there only by chance."""
+    import cudl
+    from cudl.compile import KERNELS_DIR
+
+    def make(slug: str, name: str, old: str, new: str, race: bool = False) -> str:
+        if race:
+            if cudl.on_gpu():
+                pytest.skip("a missing barrier shows on a GPU only by chance")
+            monkeypatch.setenv("CUDL_EMULATOR_RACECHECK", "1")
+        src = (KERNELS_DIR / slug / f"{name}.cu").read_text()
+        assert src.count(old) == 1, f"the line to edit is no longer once in {slug}/{name}.cu: {old!r}"
+        return src.replace(old, new)
+
+    return make

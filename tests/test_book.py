@@ -324,7 +324,8 @@ _IMAGE_WIDTHS = """() => [...document.querySelectorAll("article img, main img")]
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("page", FIGURE_PAGES or [pytest.param("", marks=pytest.mark.skip(reason="no figures"))])
 def test_figures_fit_a_phone(site, page: str) -> None:
-    """At 390 px (a phone), every figure of the page is scaled to fit the viewport: no figure sticks out."""
+    """At 390 px (a phone), every figure of the page is scaled to fit the viewport: no figure sticks out, and
+    nothing else (a long inline identifier) makes the page wider than the screen."""
     base, browser = site
     tab = browser.new_page(viewport={"width": 390, "height": 844}, device_scale_factor=2)
     tab.route("**/*", lambda r: r.continue_() if r.request.url.startswith(base) else r.fulfill(status=200, body=""))
@@ -332,9 +333,11 @@ def test_figures_fit_a_phone(site, page: str) -> None:
         tab.goto(base + page, wait_until="load", timeout=30_000)
         tab.evaluate(_IMAGES_NOT_LOADED)
         width = tab.evaluate("() => document.documentElement.clientWidth")
+        page_width = tab.evaluate("() => document.documentElement.scrollWidth")
         images = tab.evaluate(_IMAGE_WIDTHS)
     finally:
         tab.close()
+    assert page_width <= width + 1, f"{page}: the page is {page_width} px wide on a {width} px screen"
     too_wide = [f"{i['src'].rsplit('/', 1)[-1]}: right edge at {i['right']:.0f} px" for i in images
                 if i["right"] > width + 1]
     assert not too_wide, f"{page}: figures wider than the {width} px viewport:\n" + "\n".join(too_wide)

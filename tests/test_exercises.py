@@ -116,21 +116,6 @@ def test_each_chapter_has_a_speed_graded_challenge(path):
         assert g.speed and g.speed["case"] in g.cases and g.speed["factor"] > 1, name
 
 
-def _solution_lines(source: str) -> list[str]:
-    """The code lines between BEGIN/END SOLUTION, without comments and whitespace."""
-    out, inside = [], False
-    for line in source.splitlines():
-        if nbtools._BEGIN.match(line):
-            inside = True
-        elif nbtools._END.match(line):
-            inside = False
-        elif inside:
-            code = re.sub(r"\s+", "", line.split("//")[0]).strip("{};")
-            if len(code) >= 12:
-                out.append(code)
-    return out
-
-
 GRADED_SOURCES = [pytest.param(p.stem, name, cells[i - 1].source, id=f"{p.stem}:{name}",
                                marks=[_LATE] if p.stem in BEFORE_THE_STANDARD else [])
                   for p in SOLUTIONS for cells in [_cells(p)] for i, name in _graded(cells)]
@@ -142,7 +127,7 @@ def test_hints_come_in_tiers_and_the_first_gives_no_solution_line(slug, name, so
     assert len(g.hints) >= 3, f"{name}: a pointer, more, nearly the answer"
     assert len(set(g.hints)) == len(g.hints)
     first = re.sub(r"\s+", "", g.hints[0])
-    lines = _solution_lines(source)
+    lines = nbtools.solution_lines(source)
     assert lines, f"{slug}: the cell before {name}'s grader should hold its solution"
     for line in lines:
         assert line not in first, f"the first hint of {name} contains the solution line {line!r}"

@@ -22,17 +22,23 @@ def _groups(w: np.ndarray, group: int) -> list[tuple[int, int, int]]:
     return [(r, c, min(c + group, cols)) for r in range(rows) for c in range(0, cols, group)]
 
 
-def quantize_int8_ref(w: np.ndarray, group: int) -> tuple[np.ndarray, np.ndarray]:
-    """Absmax int8 with one float32 scale per `group` columns of a row: (q int8, scale float32)."""
+def _absmax_ref(w: np.ndarray, group: int, qmin: int, qmax: int) -> tuple[np.ndarray, np.ndarray]:
+    """Symmetric absmax codes clipped to [qmin, qmax] (int32), one float32 scale amax / qmax per group."""
     w = np.asarray(w, np.float32)
-    q = np.empty(w.shape, np.int8)
+    q = np.empty(w.shape, np.int32)
     scale = np.empty(len(_groups(w, group)), np.float32)
     for g, (r, a, b) in enumerate(_groups(w, group)):
         amax = np.abs(w[r, a:b]).max()
-        s = np.float32(amax) / np.float32(127)
-        q[r, a:b] = np.clip(np.rint(w[r, a:b] / s), -127, 127) if amax > 0 else 0
+        s = np.float32(amax) / np.float32(qmax)
+        q[r, a:b] = np.clip(np.rint(w[r, a:b] / s), qmin, qmax) if amax > 0 else 0
         scale[g] = s
     return q, scale
+
+
+def quantize_int8_ref(w: np.ndarray, group: int) -> tuple[np.ndarray, np.ndarray]:
+    """Absmax int8 with one float32 scale per `group` columns of a row: (q int8, scale float32)."""
+    q, scale = _absmax_ref(w, group, -127, 127)
+    return q.astype(np.int8), scale
 
 
 def quantize_uint8_zero_point_ref(w: np.ndarray, group: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -53,14 +59,7 @@ def quantize_uint8_zero_point_ref(w: np.ndarray, group: int) -> tuple[np.ndarray
 
 def quantize_int4_ref(w: np.ndarray, group: int) -> tuple[np.ndarray, np.ndarray]:
     """Absmax int4 in [-8, 7], packed two per byte (nibble q + 8, even column low): (packed uint8, scale)."""
-    w = np.asarray(w, np.float32)
-    q = np.empty(w.shape, np.int32)
-    scale = np.empty(len(_groups(w, group)), np.float32)
-    for g, (r, a, b) in enumerate(_groups(w, group)):
-        amax = np.abs(w[r, a:b]).max()
-        s = np.float32(amax) / np.float32(7)
-        q[r, a:b] = np.clip(np.rint(w[r, a:b] / s), -8, 7) if amax > 0 else 0
-        scale[g] = s
+    q, scale = _absmax_ref(w, group, -8, 7)
     return pack_int4(q), scale
 
 

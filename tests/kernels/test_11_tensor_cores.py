@@ -193,20 +193,12 @@ OPTIONS = {"no-barrier-sm75-path": ("-DHGEMM_SM75",)}
 
 
 @pytest.mark.parametrize("mutant", MUTANTS)
-def test_mutant_is_rejected(mutant, monkeypatch):
-    from cudl.compile import KERNELS_DIR
-
-    if mutant in RACES:
-        if cudl.on_gpu():
-            pytest.skip("a missing barrier shows on a GPU only by chance")
-        monkeypatch.setenv("CUDL_EMULATOR_RACECHECK", "1")
-
+def test_mutant_is_rejected(mutant, mutated_kernel):
     name, old, new = MUTANTS[mutant]
-    src = (KERNELS_DIR / "11-tensor-cores" / f"{name}.cu").read_text()
-    assert src.count(old) == 1, f"mutant {mutant}: the line to edit is no longer in {name}.cu"
+    source = mutated_kernel("11-tensor-cores", name, old, new, race=mutant in RACES)
     M, N, K = SHAPES[name][1]
     try:
-        err = relative_error(name, M, N, K, OPTIONS.get(mutant, ()), source=src.replace(old, new))
+        err = relative_error(name, M, N, K, OPTIONS.get(mutant, ()), source=source)
     except cudl.KernelFault:  # e.g. the race check stops a launch without its barrier
         return
     assert not err < TOL, f"mutant {mutant} passes (relative error {err:.2e})"
