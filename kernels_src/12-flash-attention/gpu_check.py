@@ -4,6 +4,8 @@ against torch.nn.functional.scaled_dot_product_attention, then measure memory ag
     python3 kernels_src/12-flash-attention/gpu_check.py           # from the repository root, on a GPU
     python3 kernels_src/12-flash-attention/gpu_check.py --sweep   # the tuning sweep only (< 90 s on an H100)
     python3 kernels_src/12-flash-attention/gpu_check.py --ws      # kernel 6 and kernel 5 only (< 90 s)
+    python3 kernels_src/12-flash-attention/gpu_check.py --ws --side  # their chapter builds, each timed 5 times in
+                                                                     # turn with SDPA (medians)
 Problem of the targets: fp16, d = 128, S = 4096, batch x heads = 32 (4 x 8), causal and not. Prints a short
 table last (ms, TFLOP/s, % of SDPA); writes every number to $OUT/ch12.json when OUT is set.
 --sweep: compile-time variants of kernels 2-5 (warps, BC, STAGES, MIN_BLOCKS, fast math) are first
@@ -67,6 +69,8 @@ BUILDS = {  # label: (kernel, build options)
     "5 overlap": ("flash_attn_5_overlap", dict(warps=12)),
     "2 mma.sync w8 bc128": ("flash_attn_2_mma", dict(warps=8, bc=128)),
     "5 overlap w8 bc128": ("flash_attn_5_overlap", dict(warps=8, bc=128)),
+    "6 ws bc176 persistent": ("flash_attn_6_ws", dict(warps=12, bc=176, options=("-DPERSISTENT",))),
+    "6 ws bc128 s3": ("flash_attn_6_ws", dict(warps=12, bc=128, stages=3)),
 }
 
 
@@ -106,6 +110,7 @@ SWEEP = [  # kernel, warps, BC, options: the chapter's builds (the best of --swe
     ("flash_attn_2_mma", 8, 128, ()), ("flash_attn_3_32rows", 4, 64, ()),
     (ch12.WGMMA, 8, 64, ("-DMIN_BLOCKS=2",)), ("flash_attn_5_overlap", 8, 128, ()),
     ("flash_attn_5_overlap", 12, 64, ()), ("flash_attn_5_overlap", 12, 64, (FAST,)),
+    ("flash_attn_6_ws", 12, 176, ("-DPERSISTENT",)), ("flash_attn_6_ws", 12, 192, ("-DPERSISTENT",)),
 ]
 
 
@@ -379,7 +384,7 @@ def ws(budget_s: float = 80.0):
     t_start = time.time()
     d, bh, S = D_BIG, BATCH * HEADS, S_BIG
     kernels: dict = {}
-    for label, name, b in WS_VARIANTS:
+    for label, name, b in (FINAL_VARIANTS if SIDE else WS_VARIANTS):
         t0 = time.time()
         try:
             kernels[label] = ch12.flash_kernel(name, d, **b)
@@ -409,9 +414,21 @@ def ws(budget_s: float = 80.0):
     def row(label: str, regs, fn) -> None:
         cells = []
         for causal in (False, True):
-            t = cudl.bench(lambda: fn(causal), flops=flops(S, d, bh, causal), rep_ms=60)
-            pct = 100 * WS_BASE[causal].ms / t.ms
-            cells.append(f"{t.ms:7.3f} ms {t.tflops:4.0f} TF {pct:5.1f}%")
+            fl = flops(S, d, bh, causal)
+            if SIDE:  # SDPA and the kernel in turn, 5 times: medians, and SDPA's range beside them
+                ref_ms, mine = [], []
+                for _ in range(5):
+                    ref_ms.append(cudl.bench(lambda: sdpa(q, k, v, causal), flops=fl, rep_ms=30).ms)
+                    mine.append(cudl.bench(lambda: fn(causal), flops=fl, rep_ms=30).ms)
+                ms, base_ms = float(np.median(mine)), float(np.median(ref_ms))
+                t = cudl.Timing(name=label, ms=ms, q1_ms=min(mine), q3_ms=max(mine), runs=5, flops=fl)
+                pct = 100 * base_ms / ms
+                cells.append(f"{t.ms:7.3f} ms {t.tflops:4.0f} TF {pct:5.1f}% (SDPA {min(ref_ms):.3f}-"
+                             f"{max(ref_ms):.3f})")
+            else:
+                t = cudl.bench(lambda: fn(causal), flops=fl, rep_ms=60)
+                pct = 100 * WS_BASE[causal].ms / t.ms
+                cells.append(f"{t.ms:7.3f} ms {t.tflops:4.0f} TF {pct:5.1f}%")
             results.setdefault("ws", {})[f"{label} causal={causal}"] = dict(ms=t.ms, tflops=t.tflops, pct_sdpa=pct)
         WS_ROWS.append(f"{label:28s} {str(regs):4s} " + " | ".join(cells))
         print("   " + WS_ROWS[-1], flush=True)
@@ -464,6 +481,17 @@ def ws(budget_s: float = 80.0):
     print(f"== --ws done in {time.time() - t_start:.1f} s on {torch.cuda.get_device_name()}")
     print_ws_table()
 
+
+FINAL_VARIANTS = [  # --ws --side: the chapter's builds of kernels 5 and 6 and the page's ablations of 6
+    ("5 w8 bc128 (chapter)", K5, dict(warps=8, bc=128)),
+    ("6 bc176 persist (chapter)", K6, dict(warps=12, bc=176, options=(P6,))),
+    ("6 ... no pingpong", K6, dict(warps=12, bc=176, options=(P6, "-DPINGPONG=0"))),
+    ("6 ... narrow Q K^T", K6, dict(warps=12, bc=176, options=(P6, NARROW))),
+    ("6 ... one tile per block", K6, dict(warps=12, bc=176)),
+    ("6 bc192 s2 persist", K6, dict(warps=12, bc=192, options=(P6,))),
+    ("6 bc128 s3 persist", K6, dict(warps=12, bc=128, stages=3, options=(P6,))),
+]
+SIDE = "--side" in sys.argv
 
 if "--ws" in sys.argv:
     try:
