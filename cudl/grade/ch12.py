@@ -67,7 +67,6 @@ def flash_kernel(name: str, head_dim: int, *, warps: int = 4, bc: int = 64, stag
     k = cudl.load(source or f"{D}/{name}.cu", name, options=opts)
     k.tile = (warps, bc, stages or FLASH[name][2])
     k.persistent = "-DPERSISTENT" in options  # kernel 6: a grid of one block per SM (without a mask)
-    k.dynamic = "-DDYNAMIC=1" in options  # ... with a mask too, tiles handed out by a counter
     return k
 
 
@@ -91,26 +90,14 @@ def flash_launch(kernel: Any, q: Any, k: Any, v: Any, o: Any, lse: Any, causal: 
         maps = ws_maps(q, k, v, kernel.tile[1])
         work = grid[0] * grid[1]
         # persistent blocks take the tiles in a fixed order: that evens out only equal tiles, so with a
-        # causal mask (tiles of every length) the hardware hands out one tile per block as SMs free up,
-        # unless the kernel takes its tiles from a counter (DYNAMIC)
-        persistent = kernel.persistent and (kernel.dynamic or not causal)
-        grid = (min(work, sm_count()) if persistent else work,)
-        counter = tile_counter()
-        if kernel.dynamic:
-            counter.fill(0)
-        kernel(grid, threads, (S, np.float32(scale), int(causal), *maps, o, lse, bh, counter),
-               shared_mem=smem)
+        # causal mask (tiles of every length) the hardware hands out one tile per block as SMs free up
+        grid = (min(work, sm_count()) if kernel.persistent and not causal else work,)
+        kernel(grid, threads, (S, np.float32(scale), int(causal), *maps, o, lse, bh), shared_mem=smem)
         return
     kernel(grid, threads, (S, np.float32(scale), int(causal), q, k, v, o, lse), shared_mem=smem)
 
 
 _MAPS: dict[tuple[int, int, int, int], Any] = {}
-
-
-@functools.cache
-def tile_counter() -> Any:
-    """kernel 6's counter of work tiles handed out (-DDYNAMIC=1), one int32 on the device."""
-    return cudl.xp.zeros(1, np.int32)
 
 
 @functools.cache

@@ -42,11 +42,8 @@
 #ifndef CONSUMER_REGS
 #define CONSUMER_REGS 240
 #endif
-#ifndef QK_WIDE  // Q K^T as one m64nBCk16 wgmma per k16 step (0: BC / 64 m64n64k16)
+#ifndef QK_WIDE  // S = Q K^T with one m64nBCk16 wgmma per k16 step (0: BC / 64 of m64n64k16)
 #define QK_WIDE 1
-#endif
-#ifndef DYNAMIC  // 1: a block's next work tile comes from a counter in global memory
-#define DYNAMIC 0
 #endif
 #define D 128
 #define CONSUMERS 2  // consumer warpgroups, 64 query rows each
@@ -98,24 +95,17 @@ __device__ __forceinline__ void fence_p(unsigned (*p)[4]) {
 // b + gridDim.x, ...: one tile per block (a grid of all tiles), or, with a grid of one
 // block per SM (-DPERSISTENT, which only tells the launcher; it keeps one tile per block
 // with a causal mask, whose tiles a fixed order would share out unevenly), a loop in
-// which the loads of the next tile overlap the end of the current one. DYNAMIC: after
-// its first tile a block takes the next from the counter next_tile (zeroed before the
-// launch) as it frees up, so the launcher keeps the persistent grid with a causal mask
-// too; the producer writes the tile to shared memory for the consumers, and a tile past
-// the end, announced by an arrival on q_full without bytes, stops them.
+// which the loads of the next tile overlap the end of the current one.
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
 flash_attn_6_ws(int S, float scale, int causal, const unsigned long long* __restrict__ map_q,
                 const unsigned long long* __restrict__ map_k,
                 const unsigned long long* __restrict__ map_v, __half* __restrict__ O,
-                float* __restrict__ L, int BH, int* __restrict__ next_tile) {
+                float* __restrict__ L, int BH) {
 #ifdef TC_SM90A
     extern __shared__ unsigned char smem[];
     const unsigned qs = (smem_addr(smem) + 1023) & ~1023u;  // swizzle atoms: 1 KiB
     const unsigned tiles = qs + 2 * Q_BLOCK;  // [slot][K, V]
     const unsigned q_full = tiles + STAGES * 2 * TILE, q_empty = q_full + 8;
-    // DYNAMIC: the work tile whose Q the producer loads, after the 4 barriers per slot
-    volatile int* tile_box =
-        reinterpret_cast<volatile int*>(smem + (q_full + 16 + 32 * STAGES - smem_addr(smem)));
     auto k_full = [&](int s) { return q_full + 16 + 8 * s; };  // 4 barriers per slot
     auto v_full = [&](int s) { return q_full + 16 + 8 * (STAGES + s); };
     auto k_empty = [&](int s) { return q_full + 16 + 8 * (2 * STAGES + s); };
@@ -148,17 +138,10 @@ flash_attn_6_ws(int S, float scale, int causal, const unsigned long long* __rest
         setmaxnreg_dec<PRODUCER_REGS>();
         if (threadIdx.x == 0) {
             int i = 0;  // K/V tiles loaded so far: ring slot i % STAGES, round i / STAGES
-            for (int tile = blockIdx.x, n = 0; DYNAMIC || tile < work; n++) {
-                if (n > 0) mbar_wait_asm(q_empty, (n - 1) & 1);  // the last tile's Q is read
-#if DYNAMIC
-                *tile_box = tile;  // read by the consumers once q_full completes
-                if (tile >= work) {
-                    mbar_arrive(q_full);  // no bytes: the consumers find no tile and stop
-                    break;
-                }
-#endif
+            for (int tile = blockIdx.x, n = 0; tile < work; tile += gridDim.x, n++) {
                 int q0, row0, tiles_n;
                 decode(tile, q0, row0, tiles_n);
+                if (n > 0) mbar_wait_asm(q_empty, (n - 1) & 1);  // the last tile's Q is read
                 mbar_expect(q_full, 2 * Q_BLOCK);
                 for (int cb = 0; cb < 2; cb++)  // two 64-column blocks
                     tma_load(qs + cb * Q_BLOCK, map_q, 64 * cb, row0 + q0, q_full);
@@ -174,7 +157,6 @@ flash_attn_6_ws(int S, float scale, int causal, const unsigned long long* __rest
                     for (int cb = 0; cb < 2; cb++)
                         tma_load(vs + cb * T_BLOCK, map_v, 64 * cb, row0 + j * BC, v_full(s));
                 }
-                tile = DYNAMIC ? gridDim.x + atomicAdd(next_tile, 1) : tile + gridDim.x;
             }
         }
         return;
@@ -191,12 +173,7 @@ flash_attn_6_ws(int S, float scale, int causal, const unsigned long long* __rest
     if (PINGPONG && c == 1) bar_arrive(1, 256);  // consumer 0 takes the first turn
 
     int i = 0;  // ring index of the work tile's first K/V tile
-    for (int tile = blockIdx.x, n = 0; DYNAMIC || tile < work; n++, tile += gridDim.x) {
-        mbar_wait_asm(q_full, n & 1);
-#if DYNAMIC
-        tile = *tile_box;
-        if (tile >= work) break;
-#endif
+    for (int tile = blockIdx.x, n = 0; tile < work; tile += gridDim.x, n++) {
         int q0, row0, tiles_n;
         decode(tile, q0, row0, tiles_n);
         const int rq = q0 + 64 * c + 16 * w + g;  // this thread's rows: rq, rq + 8
@@ -207,6 +184,7 @@ flash_attn_6_ws(int S, float scale, int causal, const unsigned long long* __rest
         float m[2] = {NEG_INF, NEG_INF}, l[2] = {0.f, 0.f}, alpha[2];
         unsigned p[BC / 16][4];  // P of the tile whose P V is pending, as A fragments
 
+        mbar_wait_asm(q_full, n & 1);
         k_ready(i);
         turn_begin(c);
         issue_qk(s, qs, k_slot(i), c);

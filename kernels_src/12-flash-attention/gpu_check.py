@@ -485,8 +485,6 @@ def ws(budget_s: float = 80.0):
 FINAL_VARIANTS = [  # --ws --side: the chapter's builds of kernels 5 and 6 and the page's ablations of 6
     ("5 w8 bc128 (chapter)", K5, dict(warps=8, bc=128)),
     ("6 bc176 persist (chapter)", K6, dict(warps=12, bc=176, options=(P6,))),
-    ("6 bc176 persist dynamic", K6, dict(warps=12, bc=176, options=(P6, "-DDYNAMIC=1"))),
-    ("6 bc128 s3 persist dynamic", K6, dict(warps=12, bc=128, stages=3, options=(P6, "-DDYNAMIC=1"))),
     ("6 ... no pingpong", K6, dict(warps=12, bc=176, options=(P6, "-DPINGPONG=0"))),
     ("6 ... narrow Q K^T", K6, dict(warps=12, bc=176, options=(P6, NARROW))),
     ("6 ... one tile per block", K6, dict(warps=12, bc=176)),

@@ -147,10 +147,9 @@ def test_flash_overlap_bc128(bh, S, causal):
 WS_BUILDS = [dict(bc=128), dict(bc=128, options=("-DPINGPONG=0",)), dict(bc=128, stages=3),
              dict(bc=64), dict(bc=176), dict(bc=192), dict(bc=128, options=("-DQK_ZERO_FILL",)),
              dict(bc=128, stages=3, options=("-DPERSISTENT",)), dict(bc=176, options=("-DPERSISTENT",)),
-             dict(bc=176, options=("-DQK_WIDE=0",)), dict(bc=176, options=("-DPERSISTENT", "-DDYNAMIC=1")),
-             dict(bc=128, stages=3, options=("-DPERSISTENT", "-DDYNAMIC=1", "-DPINGPONG=0"))]
+             dict(bc=176, options=("-DQK_WIDE=0",))]
 WS_IDS = ["bc128", "no-pingpong", "3-stages", "bc64", "bc176", "bc192", "zero-fill", "persistent", "bc176-persistent",
-          "bc176-narrow", "bc176-dynamic", "3-stages-dynamic-no-pingpong"]
+          "bc176-narrow"]
 
 
 @pytest.mark.skipif(not hopper(), reason="TMA, setmaxnreg and wgmma need an sm_90 GPU")
@@ -159,7 +158,7 @@ WS_IDS = ["bc128", "no-pingpong", "3-stages", "bc64", "bc176", "bc192", "zero-fi
 @pytest.mark.parametrize("bh,S", [(3, 1), (2, 100), (2, 300), (1, 777), (300, 200)])
 def test_flash_ws(bh, S, causal, build):
     """Kernel 6 (producer warpgroup with TMA, two consumers): tails, several tiles, 3 or 1 rounds of the ring;
-    bh = 300 gives a persistent block (one per SM; with -DDYNAMIC=1 with a mask too) several work tiles."""
+    bh = 300 gives a persistent block (one per SM, without a mask) several work tiles of two key tiles each."""
     check(ch12.WS, bh, S, 128, causal, warps=12, **build)
 
 
