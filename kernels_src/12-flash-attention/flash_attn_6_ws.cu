@@ -13,7 +13,8 @@
 // P_(j-1), in the same registers (as FlashAttention-3 does: no second copy of P).
 // No thread of the block waits at a block-wide barrier after the setup.
 // PINGPONG: the consumers take turns to issue their products (two named barriers), so
-// that one warpgroup's softmax runs while the other's products keep the Tensor Cores busy.
+// that one warpgroup's softmax runs while the other's products keep the Tensor Cores
+// busy.
 // The tensor maps (cudl.tma, box of 64 columns x BR or BC rows, 128-byte swizzle) view
 // Q, K and V as [BH S, 128]: rows of a tile past S belong to the next head (or lie past
 // the end and read as 0); their keys are masked and their query rows not written.
@@ -42,7 +43,8 @@
 #ifndef CONSUMER_REGS
 #define CONSUMER_REGS 240
 #endif
-#ifndef QK_WIDE  // S = Q K^T with one m64nBCk16 wgmma per k16 step (0: BC / 64 of m64n64k16)
+// QK_WIDE: S = Q K^T with one m64nBCk16 wgmma per k16 step (0: BC / 64 of m64n64k16)
+#ifndef QK_WIDE
 #define QK_WIDE 1
 #endif
 #define D 128
@@ -97,7 +99,8 @@ __device__ __forceinline__ void fence_p(unsigned (*p)[4]) {
 // with a causal mask, whose tiles a fixed order would share out unevenly), a loop in
 // which the loads of the next tile overlap the end of the current one.
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
-flash_attn_6_ws(int S, float scale, int causal, const unsigned long long* __restrict__ map_q,
+flash_attn_6_ws(int S, float scale, int causal,
+                const unsigned long long* __restrict__ map_q,
                 const unsigned long long* __restrict__ map_k,
                 const unsigned long long* __restrict__ map_v, __half* __restrict__ O,
                 float* __restrict__ L, int BH) {
@@ -110,7 +113,8 @@ flash_attn_6_ws(int S, float scale, int causal, const unsigned long long* __rest
     auto v_full = [&](int s) { return q_full + 16 + 8 * (STAGES + s); };
     auto k_empty = [&](int s) { return q_full + 16 + 8 * (2 * STAGES + s); };
     auto v_empty = [&](int s) { return q_full + 16 + 8 * (3 * STAGES + s); };
-    auto k_slot = [&](int i) { return tiles + (i % STAGES) * 2 * TILE; };  // i: ring index
+    // the K tile of ring index i (its V tile follows)
+    auto k_slot = [&](int i) { return tiles + (i % STAGES) * 2 * TILE; };
     const int wg = threadIdx.x / 128, w = threadIdx.x % 128 / 32, lane = threadIdx.x % 32;
     const int row_blocks = (S + BR - 1) / BR, work = row_blocks * BH;
     // work tile -> its first query row, its head's first row in the [BH S, 128] maps, and
@@ -141,7 +145,8 @@ flash_attn_6_ws(int S, float scale, int causal, const unsigned long long* __rest
             for (int tile = blockIdx.x, n = 0; tile < work; tile += gridDim.x, n++) {
                 int q0, row0, tiles_n;
                 decode(tile, q0, row0, tiles_n);
-                if (n > 0) mbar_wait_asm(q_empty, (n - 1) & 1);  // the last tile's Q is read
+                if (n > 0)  // the last tile's Q is read
+                    mbar_wait_asm(q_empty, (n - 1) & 1);
                 mbar_expect(q_full, 2 * Q_BLOCK);
                 for (int cb = 0; cb < 2; cb++)  // two 64-column blocks
                     tma_load(qs + cb * Q_BLOCK, map_q, 64 * cb, row0 + q0, q_full);
@@ -151,11 +156,13 @@ flash_attn_6_ws(int S, float scale, int causal, const unsigned long long* __rest
                     if (round > 0) mbar_wait_asm(k_empty(s), (round - 1) & 1);
                     mbar_expect(k_full(s), TILE);
                     for (int cb = 0; cb < 2; cb++)
-                        tma_load(ks + cb * T_BLOCK, map_k, 64 * cb, row0 + j * BC, k_full(s));
+                        tma_load(ks + cb * T_BLOCK, map_k, 64 * cb, row0 + j * BC,
+                                 k_full(s));
                     if (round > 0) mbar_wait_asm(v_empty(s), (round - 1) & 1);
                     mbar_expect(v_full(s), TILE);
                     for (int cb = 0; cb < 2; cb++)
-                        tma_load(vs + cb * T_BLOCK, map_v, 64 * cb, row0 + j * BC, v_full(s));
+                        tma_load(vs + cb * T_BLOCK, map_v, 64 * cb, row0 + j * BC,
+                                 v_full(s));
                 }
             }
         }
@@ -196,7 +203,8 @@ flash_attn_6_ws(int S, float scale, int causal, const unsigned long long* __rest
         for (int j = 1; j < tiles_n; j++) {
             k_ready(i + j);
             v_ready(i + j - 1);
-            fence_regs<D / 2>(o);  // o's rescaling and p's writes are done before the fence
+            // o's rescaling and p's writes are done before the fence
+            fence_regs<D / 2>(o);
             fence_p(p);
             turn_begin(c);
             issue_qk(s, qs, k_slot(i + j), c);
@@ -205,7 +213,8 @@ flash_attn_6_ws(int S, float scale, int causal, const unsigned long long* __rest
             wgmma_wait<1>();  // S_j is ready, P V may still run
             fence_regs<BC / 2>(s);
             release(k_empty((i + j) % STAGES));
-            softmax_rows(s, m, l, alpha, j * BC, S, causal, rq, t, scale2);  // P stays in s
+            // P stays in s
+            softmax_rows(s, m, l, alpha, j * BC, S, causal, rq, t, scale2);
             wgmma_wait<0>();
             fence_regs<D / 2>(o);
             fence_p(p);  // P V has read p: now it may be replaced
@@ -241,8 +250,8 @@ flash_attn_6_ws(int S, float scale, int causal, const unsigned long long* __rest
             __half* out = O + head + (size_t)row * D;
 #pragma unroll
             for (int dt = 0; dt < D / 8; dt++)
-                *reinterpret_cast<__half2*>(&out[8 * dt + 2 * t]) =
-                    __floats2half2_rn(o[4 * dt + 2 * h] * inv, o[4 * dt + 2 * h + 1] * inv);
+                *reinterpret_cast<__half2*>(&out[8 * dt + 2 * t]) = __floats2half2_rn(
+                    o[4 * dt + 2 * h] * inv, o[4 * dt + 2 * h + 1] * inv);
             if (t == 0) L[(size_t)row0 + row] = (m[h] + log2f(l[h])) * LN2;
         }
     }

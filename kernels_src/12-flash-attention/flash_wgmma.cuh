@@ -104,7 +104,8 @@ __device__ __forceinline__ void issue_qk(float* s, unsigned qs, unsigned ks, int
         const unsigned long long a =
             desc(qs + (kk / 4) * Q_BLOCK + wg * 64 * 128 + (kk % 4) * 32, 16, 1024);
 #if defined(QK_WIDE) && QK_WIDE  // all BC keys in one wgmma: its rows follow each other
-        const unsigned long long b = desc(ks + (kk / 4) * T_BLOCK + (kk % 4) * 32, 16, 1024);
+        const unsigned long long b =
+            desc(ks + (kk / 4) * T_BLOCK + (kk % 4) * 32, 16, 1024);
         if (kk == 0)
             wgmma_qk_wide_first(s, a, b);
         else
