@@ -7,6 +7,7 @@ Q, K, V and O are [BH, S, D] fp16 arrays (BH = batch x heads), LSE is [BH, S] fl
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -38,16 +39,25 @@ def reference(q: Any, k: Any, v: Any, causal: bool, scale: float | None = None) 
 
 # kernel: query rows per warp, whether Q has its own BR x D tile in shared memory, K/V slots (default)
 FLASH = {"flash_attn_2_mma": (16, False, 2), "flash_attn_3_32rows": (32, True, 2),
-         "flash_attn_4_wgmma": (16, True, 2), "flash_attn_5_overlap": (16, True, 3)}
+         "flash_attn_4_wgmma": (16, True, 2), "flash_attn_5_overlap": (16, True, 3),
+         "flash_attn_6_ws": (16, True, 2)}
 WGMMA = "flash_attn_4_wgmma"  # sm_90a only (d = 128; `warps` = 4 x warpgroups)
-HOPPER = (WGMMA, "flash_attn_5_overlap")
+WS = "flash_attn_6_ws"  # sm_90a only, d = 128: a TMA producer warpgroup and 2 consumers (12 warps)
+HOPPER = (WGMMA, "flash_attn_5_overlap", WS)
 
 
 def flash_kernel(name: str, head_dim: int, *, warps: int = 4, bc: int = 64, stages: int | None = None,
                  sm75: bool = False, source: str | None = None, options: tuple[str, ...] = ()) -> Any:
     """A flash kernel of the chapter compiled for one head dimension and tile shape (or from `source`);
     `stages`: K/V tiles in shared memory (kernels 2 and 3: 2 or 3; None: the kernel's default)."""
-    if name in HOPPER:
+    if name == WS:  # always 3 warpgroups; BC 128 unless asked, STAGES: K/V slots of the TMA ring
+        if warps != 12:
+            raise ValueError(f"{WS} runs 12 warps (a producer and two consumer warpgroups), not {warps}")
+        if any(o.startswith("-DSTAGES") for o in options):  # flash_shape would size shared memory wrongly
+            raise ValueError(f"{WS}: give the K/V slots as stages=, not as -DSTAGES")
+        opts = [f"-DBC={bc}", *([f"-DSTAGES={stages}"] if stages else []), *options]
+        opts = ["-arch=sm_90a", *opts] if cudl.on_gpu() else opts
+    elif name in HOPPER:
         opts = [f"-DWGS={warps // 4}", *([f"-DBC={bc}"] if bc != 64 else []), *options]  # BC: kernel 5
         opts = ["-arch=sm_90a", *opts] if cudl.on_gpu() else opts
     else:
@@ -56,6 +66,7 @@ def flash_kernel(name: str, head_dim: int, *, warps: int = 4, bc: int = 64, stag
         opts += ["-DFLASH_SM75"] if sm75 else []
     k = cudl.load(source or f"{D}/{name}.cu", name, options=opts)
     k.tile = (warps, bc, stages or FLASH[name][2])
+    k.persistent = "-DPERSISTENT" in options  # kernel 6: a grid of one block per SM (without a mask)
     return k
 
 
@@ -63,8 +74,9 @@ def flash_shape(kernel: Any, S: int, bh: int, d: int) -> tuple[tuple[int, int], 
     """(grid, threads, dynamic shared bytes) of a flash_kernel build."""
     warps, bc, slots = kernel.tile
     rows, q_tile, _ = FLASH[kernel.name]
-    br = rows * warps
+    br = rows * (warps - 4 if kernel.name == WS else warps)  # kernel 6: the producer has no rows
     align = 1024 if kernel.name in HOPPER else 0  # wgmma's swizzle atoms start on 1 KiB
+    align += 256 if kernel.name == WS else 0  # and kernel 6's mbarriers
     return (cdiv(S, br), bh), 32 * warps, ((br if q_tile else 0) + 2 * slots * bc) * d * 2 + align
 
 
@@ -74,7 +86,48 @@ def flash_launch(kernel: Any, q: Any, k: Any, v: Any, o: Any, lse: Any, causal: 
     bh, S, d = q.shape
     scale = scale if scale is not None else 1 / math.sqrt(d)
     grid, threads, smem = flash_shape(kernel, S, bh, d)
+    if kernel.name == WS:  # TMA reads Q, K, V through tensor maps; a 1-D grid of work tiles
+        maps = ws_maps(q, k, v, kernel.tile[1])
+        work = grid[0] * grid[1]
+        # persistent blocks take the tiles in a fixed order: that evens out only equal tiles, so with a
+        # causal mask (tiles of every length) the hardware hands out one tile per block as SMs free up
+        grid = (min(work, sm_count()) if kernel.persistent and not causal else work,)
+        kernel(grid, threads, (S, np.float32(scale), int(causal), *maps, o, lse, bh), shared_mem=smem)
+        return
     kernel(grid, threads, (S, np.float32(scale), int(causal), q, k, v, o, lse), shared_mem=smem)
+
+
+_MAPS: dict[tuple[int, int, int, int], Any] = {}
+
+
+@functools.cache
+def sm_count() -> int:
+    """Streaming multiprocessors of the current GPU (asked once: a query costs more than a launch)."""
+    return int(cudl.xp.cuda.Device().attributes["MultiProcessorCount"])
+
+
+def ws_maps(q: Any, k: Any, v: Any, bc: int) -> tuple[Any, Any, Any]:
+    """The tensor maps of flash_attn_6_ws: Q, K, V [BH, S, 128] fp16 seen as [BH S, 128], in boxes of 64
+    columns and 128 (Q) or `bc` (K, V) rows with the 128-byte swizzle. A map holds only the address and
+    the shape, so maps are kept per (address, shape, box): a launch then makes none and copies none."""
+    if not cudl.on_gpu():
+        raise RuntimeError(f"{WS} needs an sm_90 GPU: TMA, mbarriers, setmaxnreg and wgmma are not emulated")
+    from cudl.tma import tensor_map_2d
+
+    bh, S, d = q.shape
+    if d != 128:
+        raise ValueError(f"{WS} takes head dimension 128 only, not {d}")
+    if k.shape != q.shape or v.shape != q.shape:
+        raise ValueError(f"{WS}: Q, K and V must have one shape, not {q.shape}, {k.shape}, {v.shape}")
+    maps = []
+    for a, rows in ((q, 128), (k, bc), (v, bc)):
+        if a.dtype != np.float16 or not a.flags.c_contiguous or a.data.ptr % 16:
+            raise ValueError(f"{WS} takes C-contiguous, 16-byte aligned float16 arrays")
+        key = (a.data.ptr, bh * S, d, rows)
+        if key not in _MAPS:
+            _MAPS[key] = tensor_map_2d(a.reshape(bh * S, d), (rows, 64))
+        maps.append(_MAPS[key])
+    return maps[0], maps[1], maps[2]
 
 
 def flash_attention(name: str, q: Any, k: Any, v: Any, causal: bool, **build: Any) -> tuple[Any, Any]:

@@ -60,88 +60,10 @@ __device__ __forceinline__ void load_tile(unsigned tile, const __half* __restric
         cp_async16_zfill(dst, g, valid ? 16 : 0);
     }
 }
-
-// After a wait: the registers count as written here, so no read of them moves above it.
-template <int N> __device__ __forceinline__ void fence_regs(float* r) {
-#pragma unroll
-    for (int i = 0; i < N; i++) asm volatile("" : "+f"(r[i])::"memory");
-}
-// S += Q K^T (both K-major in shared memory) and O += P V (P in registers, V read
-// transposed): the wgmma shapes of tc_ptx.cuh that this kernel uses.
-#define wgmma_qk wgmma_64x64x16
-#define wgmma_pv wgmma_64x128x16_rs
 #endif
 
-#ifdef FLASH_SM90A
-// Online softmax of one 64 x BC tile of scores (the warpgroup's accumulators, BC / 2 per
-// thread) in place: mask, update m and l (log2 units) of rows rq and rq + 8, leave P as
-// A fragments in p and the factor for what O holds so far in alpha.
-__device__ __forceinline__ void softmax_tile(float* s, float* m, float* l, float* alpha,
-                                             unsigned (*p)[4], int n0, int S, int causal,
-                                             int rq, int t, float scale2) {
-    const bool edge = n0 + BC > S || (causal && n0 + BC - 1 > rq);
-    float mx[2] = {NEG_INF, NEG_INF};
-#pragma unroll
-    for (int i = 0; i < BC / 2; i++) {
-        const int e = i % 4;
-        if (edge) {
-            const int key = n0 + 8 * (i / 4) + 2 * t + (e & 1);
-            if (key >= S || (causal && key > rq + 8 * (e / 2))) s[i] = NEG_INF;
-        }
-        mx[e / 2] = fmaxf(mx[e / 2], s[i]);
-    }
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
-        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
-        const float m_new = fmaxf(m[h], mx[h] * scale2);  // exp(scale s) = exp2(scale2 s)
-        const float base = m_new == NEG_INF ? 0.f : m_new;
-        alpha[h] = exp2f(m[h] - base);
-        m[h] = m_new;
-        l[h] *= alpha[h];
-#pragma unroll
-        for (int nt = 0; nt < BC / 8; nt++) {
-            const float p0 = exp2f(fmaf(s[4 * nt + 2 * h], scale2, -base));
-            const float p1 = exp2f(fmaf(s[4 * nt + 2 * h + 1], scale2, -base));
-            s[4 * nt + 2 * h] = p0;
-            s[4 * nt + 2 * h + 1] = p1;
-            l[h] += p0 + p1;
-        }
-    }
-#pragma unroll
-    for (int kk = 0; kk < BC / 16; kk++)  // key tiles 2 kk, 2 kk + 1: one k16 A fragment
-#pragma unroll
-        for (int r = 0; r < 4; r++)
-            p[kk][r] = pack_half2(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
-}
-
-// Issue S = Q K^T for the warpgroup's 64 rows and the K tile at ks (one wgmma group);
-// with BC = 128, keys 64-127 are a second 64 x 64 accumulator, s[32 ...], which is the
-// layout of one 64 x 128 accumulator.
-__device__ __forceinline__ void issue_qk(float* s, unsigned qs, unsigned ks, int wg) {
-#pragma unroll
-    for (int i = 0; i < BC / 2; i++) s[i] = 0.f;
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < D / 16; kk++) {
-        const unsigned long long a =
-            desc(qs + (kk / 4) * Q_BLOCK + wg * 64 * 128 + (kk % 4) * 32, 16, 1024);
-#pragma unroll
-        for (int n = 0; n < BC / 64; n++)  // keys 64 n ... 64 n + 63: 8 KiB further
-            wgmma_qk(s + 32 * n, a, desc(ks + (kk / 4) * T_BLOCK + n * 64 * 128
-                                         + (kk % 4) * 32, 16, 1024));
-    }
-    wgmma_commit();
-}
-// Issue O += P V for the V tile at vs (one wgmma group).
-__device__ __forceinline__ void issue_pv(float* o, unsigned (*p)[4], unsigned vs) {
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < BC / 16; kk++)
-        wgmma_pv(o, p[kk], desc(vs + kk * 16 * 128, T_BLOCK, 1024));
-    wgmma_commit();
-}
-#endif
+// issue_qk, issue_pv, softmax_tile and fence_regs, shared with kernel 6
+#include "12-flash-attention/flash_wgmma.cuh"
 
 extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
 flash_attn_5_overlap(int S, float scale, int causal, const __half* __restrict__ Q,

@@ -3,6 +3,9 @@ against torch.nn.functional.scaled_dot_product_attention, then measure memory ag
 
     python3 kernels_src/12-flash-attention/gpu_check.py           # from the repository root, on a GPU
     python3 kernels_src/12-flash-attention/gpu_check.py --sweep   # the tuning sweep only (< 90 s on an H100)
+    python3 kernels_src/12-flash-attention/gpu_check.py --ws      # kernel 6 and kernel 5 only (< 90 s)
+    python3 kernels_src/12-flash-attention/gpu_check.py --ws --side  # their chapter builds, each timed 5 times in
+                                                                     # turn with SDPA (medians)
 Problem of the targets: fp16, d = 128, S = 4096, batch x heads = 32 (4 x 8), causal and not. Prints a short
 table last (ms, TFLOP/s, % of SDPA); writes every number to $OUT/ch12.json when OUT is set.
 --sweep: compile-time variants of kernels 2-5 (warps, BC, STAGES, MIN_BLOCKS, fast math) are first
@@ -68,6 +71,8 @@ BUILDS = {  # label: (kernel, build options)
     "5 overlap w8 bc128": ("flash_attn_5_overlap", dict(warps=8, bc=128)),
     "2 mma.sync w8 bc128 s3": ("flash_attn_2_mma", dict(warps=8, bc=128, stages=3)),
     "3 32 rows/warp w4 bc48": ("flash_attn_3_32rows", dict(warps=4, bc=48)),
+    "6 ws bc176 persistent": ("flash_attn_6_ws", dict(warps=12, bc=176, options=("-DPERSISTENT",))),
+    "6 ws bc128 s3": ("flash_attn_6_ws", dict(warps=12, bc=128, stages=3)),
 }
 
 
@@ -107,6 +112,7 @@ SWEEP = [  # kernel, warps, BC, options: the chapter's builds (the best of --swe
     ("flash_attn_2_mma", 8, 128, ("-DSTAGES=3",)), ("flash_attn_3_32rows", 4, 48, ()),
     (ch12.WGMMA, 8, 64, ("-DMIN_BLOCKS=2",)), ("flash_attn_5_overlap", 8, 128, ()),
     ("flash_attn_5_overlap", 12, 64, ()), ("flash_attn_5_overlap", 12, 64, (FAST,)),
+    ("flash_attn_6_ws", 12, 176, ("-DPERSISTENT",)), ("flash_attn_6_ws", 12, 192, ("-DPERSISTENT",)),
 ]
 
 
@@ -376,6 +382,181 @@ if "--mma" in sys.argv:
     finally:
         if os.environ.get("OUT"):
             with open(os.path.join(os.environ["OUT"], "ch12_mma.json"), "w") as f:
+                json.dump(results, f, indent=1, default=str)
+    sys.exit(0)
+
+
+K6 = ch12.WS
+P6 = "-DPERSISTENT"  # kernel 6: a grid of one block per SM, each looping over work tiles
+NARROW = "-DQK_WIDE=0"  # kernel 6's Q K^T as BC / 64 wgmma of 64 keys each (round 1's kernel 6)
+WS_VARIANTS = [  # label, kernel, flash_kernel build: kernel 5, then kernel 6 (warp-specialised, TMA), the
+    # simplest first (without ping-pong): a variant that hangs stops the run
+    ("5 w8 bc128", K5, dict(warps=8, bc=128)),
+    ("5 w8 bc128 zero-fill (old)", K5, dict(warps=8, bc=128, options=("-DQK_ZERO_FILL",))),
+    ("6 bc128 s3 no pp", K6, dict(warps=12, bc=128, stages=3, options=("-DPINGPONG=0",))),
+    ("6 bc128 s3 no pp persist", K6, dict(warps=12, bc=128, stages=3, options=(P6, "-DPINGPONG=0"))),
+    ("6 bc128 s3 narrow", K6, dict(warps=12, bc=128, stages=3, options=(NARROW,))),
+    ("6 bc128 s3", K6, dict(warps=12, bc=128, stages=3)),
+    ("6 bc128 s3 persist", K6, dict(warps=12, bc=128, stages=3, options=(P6,))),
+    ("6 bc128 s3 persist fast", K6, dict(warps=12, bc=128, stages=3, options=(P6, FAST))),
+    ("6 bc176 s2", K6, dict(warps=12, bc=176)),
+    ("6 bc176 s2 persist", K6, dict(warps=12, bc=176, options=(P6,))),
+    ("6 bc176 s2 persist fast", K6, dict(warps=12, bc=176, options=(P6, FAST))),
+    ("6 bc192 s2", K6, dict(warps=12, bc=192)),
+    ("6 bc192 s2 persist", K6, dict(warps=12, bc=192, options=(P6,))),
+]
+
+
+def finished(what: str, limit_s: float = 10.0) -> None:
+    """Wait for the GPU like cudl.sync, but give up after limit_s: a kernel 6 whose barriers do not match never
+    ends, and the run must still print what it measured (then exit; the context cannot be used again)."""
+    import cupy
+
+    ev = cupy.cuda.Event()
+    ev.record()
+    t0 = time.time()
+    while not ev.done:
+        if time.time() - t0 > limit_s:
+            print(f"HANG {what}: not done after {limit_s:.0f} s; stopping here", flush=True)
+            print_ws_table()
+            os._exit(3)
+        time.sleep(0.002)
+
+
+WS_ROWS: list[str] = []
+WS_BASE: dict = {}
+
+
+def print_ws_table() -> None:
+    if WS_BASE:
+        print(f"SDPA default: full {WS_BASE[False].ms:.3f} ms {WS_BASE[False].tflops:.0f} TFLOP/s | "
+              f"causal {WS_BASE[True].ms:.3f} ms {WS_BASE[True].tflops:.0f} TFLOP/s")
+    print(f"{'variant':28s} {'regs':4s} {'full: ms, TFLOP/s, % SDPA':27s} | causal")
+    print("\n".join(WS_ROWS), flush=True)
+
+
+def ws(budget_s: float = 80.0):
+    """--ws: kernel 6 (and kernel 5 beside it): each variant checked against float64 (small sizes) and SDPA in fp32
+    (the timed size) first, then timed against SDPA's default backend in the same run, one variant after the
+    other, kernel 5 first: a kernel 6 variant that hangs stops the run with the table of those before it."""
+    t_start = time.time()
+    d, bh, S = D_BIG, BATCH * HEADS, S_BIG
+    kernels: dict = {}
+    for label, name, b in (FINAL_VARIANTS if SIDE else WS_VARIANTS):
+        t0 = time.time()
+        try:
+            kernels[label] = ch12.flash_kernel(name, d, **b)
+            kernels[label].num_regs  # noqa: B018 (compiles now: a build error shows here, per variant)
+        except Exception as exc:  # noqa: BLE001
+            kernels[label] = exc
+            print(f"BAD {label}: build failed: {type(exc).__name__}: {str(exc)[-600:]}", flush=True)
+        print(f"   built {label} in {time.time() - t0:.1f} s", flush=True)
+    small = [(3, 1), (2, 17), (2, 100), (2, 300), (1, 777)]  # one key; tails; several tiles
+    cases = []
+    for bh_c, S_c in small:
+        q, k, v = qkv(bh_c, S_c, d)
+        q = (q.astype(np.float32) * 4).astype(np.float16)  # scores spread over tens of units
+        for causal in (False, True):
+            cases.append((bh_c, S_c, causal, q, k, v, ch12.reference(q, k, v, causal)))
+    q, k, v = qkv(bh, S, d)
+    refs = {c: sdpa(*(a.astype(np.float32) for a in (q, k, v)), c).reshape(bh, S, d).double()
+            for c in (False, True)}
+    o, lse = cudl.poisoned((bh, S, d), np.float16), cudl.poisoned((bh, S))
+    for causal in (False, True):
+        try:
+            print(f"== causal={causal}: SDPA runs {ch12.sdpa_backend(lambda: sdpa(q, k, v, causal))}", flush=True)
+        except Exception as exc:  # noqa: BLE001
+            print(f"== causal={causal}: SDPA backend unknown ({type(exc).__name__})", flush=True)
+        WS_BASE[causal] = cudl.bench(lambda: sdpa(q, k, v, causal), flops=flops(S, d, bh, causal), rep_ms=60)
+
+    def row(label: str, regs, fn) -> None:
+        cells = []
+        for causal in (False, True):
+            fl = flops(S, d, bh, causal)
+            if SIDE:  # SDPA and the kernel in turn, 5 times: medians, and SDPA's range beside them
+                ref_ms, mine = [], []
+                for _ in range(5):
+                    ref_ms.append(cudl.bench(lambda: sdpa(q, k, v, causal), flops=fl, rep_ms=30).ms)
+                    mine.append(cudl.bench(lambda: fn(causal), flops=fl, rep_ms=30).ms)
+                ms, base_ms = float(np.median(mine)), float(np.median(ref_ms))
+                t = cudl.Timing(name=label, ms=ms, q1_ms=min(mine), q3_ms=max(mine), runs=5, flops=fl)
+                pct = 100 * base_ms / ms
+                cells.append(f"{t.ms:7.3f} ms {t.tflops:4.0f} TF {pct:5.1f}% (SDPA {min(ref_ms):.3f}-"
+                             f"{max(ref_ms):.3f})")
+            else:
+                t = cudl.bench(lambda: fn(causal), flops=fl, rep_ms=60)
+                pct = 100 * WS_BASE[causal].ms / t.ms
+                cells.append(f"{t.ms:7.3f} ms {t.tflops:4.0f} TF {pct:5.1f}%")
+            results.setdefault("ws", {})[f"{label} causal={causal}"] = dict(ms=t.ms, tflops=t.tflops, pct_sdpa=pct)
+        WS_ROWS.append(f"{label:28s} {str(regs):4s} " + " | ".join(cells))
+        print("   " + WS_ROWS[-1], flush=True)
+
+    def fa2(causal):
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            return sdpa(q, k, v, causal)
+    try:
+        row("SDPA FlashAttention-2", "-", fa2)
+    except Exception as exc:  # noqa: BLE001
+        print(f"   SDPA FA2: {type(exc).__name__}: {str(exc)[:100]}", flush=True)
+    for label, kern in kernels.items():
+        if isinstance(kern, Exception):
+            WS_ROWS.append(f"{label:28s} (build failed)")
+            continue
+        worst, worst_l, bad, big = 0.0, 0.0, [], []
+        try:
+            for bh_c, S_c, causal, qc, kc, vc, (ro, rl) in cases:
+                oc, lc = cudl.poisoned(qc.shape, np.float16), cudl.poisoned(qc.shape[:2])
+                ch12.flash_launch(kern, qc, kc, vc, oc, lc, causal)
+                finished(f"{label} bh={bh_c} S={S_c} causal={causal}")
+                got = cudl.to_numpy(oc).astype(np.float64)
+                err = float(np.linalg.norm(got - ro) / np.linalg.norm(ro)) if np.isfinite(got).all() \
+                    else float("nan")
+                lg = cudl.to_numpy(lc)
+                lerr = float(np.abs(lg - rl).max()) if np.isfinite(lg).all() else float("nan")
+                if not (err < 2e-3 and lerr < 1e-3):
+                    bad.append(f"bh={bh_c} S={S_c} causal={causal}: {err:.1e}/{lerr:.1e}")
+                worst, worst_l = max(worst, err), max(worst_l, lerr)
+            for causal in (False, True):
+                o.fill(np.nan)
+                ch12.flash_launch(kern, q, k, v, o, lse, causal)
+                finished(f"{label} S={S} causal={causal}")
+                big.append(rel_dev(o, refs[causal]))
+            bad += [f"S={S} vs SDPA fp32: {e:.1e}" for e in big if not e < 2e-3]
+        except Exception as exc:  # noqa: BLE001
+            bad.append(f"{type(exc).__name__}: {str(exc)[:300]}")
+        print(f"{'OK ' if not bad else 'BAD'} {label:28s} r{kern.num_regs}: worst O {worst:.1e}, L {worst_l:.1e} "
+              f"vs float64 ({len(cases)} cases); S={S} vs SDPA fp32 {' '.join(f'{e:.1e}' for e in big)} "
+              f"{'; '.join(bad[:3])}", flush=True)
+        if bad:
+            WS_ROWS.append(f"{label:28s} (failed a check)")
+        elif time.time() - t_start > budget_s:
+            WS_ROWS.append(f"{label:28s} (not timed: past the {budget_s:.0f} s budget)")
+        else:
+            row(label, kern.num_regs, lambda causal, kern=kern: ch12.flash_launch(kern, q, k, v, o, lse, causal))
+    for causal in (False, True):
+        again = cudl.bench(lambda: sdpa(q, k, v, causal), flops=flops(S, d, bh, causal), rep_ms=60)
+        print(f"   SDPA causal={causal}: {WS_BASE[causal].ms:.3f} ms first, {again.ms:.3f} ms last", flush=True)
+    print(f"== --ws done in {time.time() - t_start:.1f} s on {torch.cuda.get_device_name()}")
+    print_ws_table()
+
+
+FINAL_VARIANTS = [  # --ws --side: the chapter's builds of kernels 5 and 6 and the page's ablations of 6
+    ("5 w8 bc128 (chapter)", K5, dict(warps=8, bc=128)),
+    ("6 bc176 persist (chapter)", K6, dict(warps=12, bc=176, options=(P6,))),
+    ("6 ... no pingpong", K6, dict(warps=12, bc=176, options=(P6, "-DPINGPONG=0"))),
+    ("6 ... narrow Q K^T", K6, dict(warps=12, bc=176, options=(P6, NARROW))),
+    ("6 ... one tile per block", K6, dict(warps=12, bc=176)),
+    ("6 bc192 s2 persist", K6, dict(warps=12, bc=192, options=(P6,))),
+    ("6 bc128 s3 persist", K6, dict(warps=12, bc=128, stages=3, options=(P6,))),
+]
+SIDE = "--side" in sys.argv
+
+if "--ws" in sys.argv:
+    try:
+        ws()
+    finally:
+        if os.environ.get("OUT"):
+            with open(os.path.join(os.environ["OUT"], "ch12_ws.json"), "w") as f:
                 json.dump(results, f, indent=1, default=str)
     sys.exit(0)
 if "--sweep" in sys.argv:

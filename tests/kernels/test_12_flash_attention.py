@@ -149,7 +149,7 @@ def hopper() -> bool:
 @pytest.mark.parametrize("warps", [4, 8, 12])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("bh,S", [(3, 1), (2, 100), (2, 300)])
-@pytest.mark.parametrize("name", ch12.HOPPER)
+@pytest.mark.parametrize("name", [ch12.WGMMA, "flash_attn_5_overlap"])
 def test_flash_wgmma(name, bh, S, causal, warps):
     check(name, bh, S, 128, causal, warps=warps)
 
@@ -160,6 +160,38 @@ def test_flash_wgmma(name, bh, S, causal, warps):
 def test_flash_overlap_bc128(bh, S, causal):
     """Kernel 5 with tiles of 128 keys (two m64n64 wgmma per k step), the chapter's build."""
     check("flash_attn_5_overlap", bh, S, 128, causal, warps=8, bc=128)
+
+
+WS_BUILDS = [dict(bc=128), dict(bc=128, options=("-DPINGPONG=0",)), dict(bc=128, stages=3),
+             dict(bc=64), dict(bc=176), dict(bc=192), dict(bc=128, options=("-DQK_ZERO_FILL",)),
+             dict(bc=128, stages=3, options=("-DPERSISTENT",)), dict(bc=176, options=("-DPERSISTENT",)),
+             dict(bc=176, options=("-DQK_WIDE=0",))]
+WS_IDS = ["bc128", "no-pingpong", "3-stages", "bc64", "bc176", "bc192", "zero-fill", "persistent", "bc176-persistent",
+          "bc176-narrow"]
+
+
+@pytest.mark.skipif(not hopper(), reason="TMA, setmaxnreg and wgmma need an sm_90 GPU")
+@pytest.mark.parametrize("build", WS_BUILDS, ids=WS_IDS)
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("bh,S", [(3, 1), (2, 100), (2, 300), (1, 777), (300, 200)])
+def test_flash_ws(bh, S, causal, build):
+    """Kernel 6 (producer warpgroup with TMA, two consumers): tails, several tiles, 3 or 1 rounds of the ring;
+    bh = 300 gives a persistent block (one per SM, without a mask) several work tiles of two key tiles each."""
+    check(ch12.WS, bh, S, 128, causal, warps=12, **build)
+
+
+def test_flash_ws_refused_off_hopper():
+    """Kernel 6 is not emulated and takes d = 128 only: the launcher says so instead of returning garbage."""
+    if not cudl.on_gpu():
+        q, k, v = inputs(1, 17, 128)
+        with pytest.raises(RuntimeError, match="sm_90"):
+            ch12.flash_attention(ch12.WS, q, k, v, False, warps=12)
+    if hopper():
+        q, k, v = inputs(1, 17, 64)
+        with pytest.raises(ValueError, match="128"):
+            ch12.flash_attention(ch12.WS, q, k, v, False, warps=12)
+    with pytest.raises(ValueError, match="12 warps"):
+        ch12.flash_kernel(ch12.WS, 128, warps=8)
 
 
 # Plausible mistakes, made by editing one line of a kernel file: the check must reject each.
