@@ -23,13 +23,17 @@ import pytest  # noqa: E402
 
 @pytest.fixture
 def mutated_kernel(monkeypatch):
-    """`mutated_kernel(slug, name, old, new, race=False)`: the source of kernels_src/<slug>/<name>.cu with the
-    one line `old` replaced by `new` (the line must still be there, once). A race mutant (a missing barrier)
-    runs under the emulator's race check; on a GPU it is skipped, since a race shows there only by chance."""
+    """`mutated_kernel(slug, name, old, new, race=False, late_copy=False)`: the source of
+    kernels_src/<slug>/<name>.cu with the one line `old` replaced by `new` (the line must still be there,
+    once). A race mutant (a missing barrier) runs under the emulator's race check; a late-copy mutant (a
+    missing cp.async wait_group) fails on the emulator, which lands cp.async data only at the wait. On a
+    GPU both are skipped: a race, or a copy still in flight, shows there only by chance."""
     import cudl
     from cudl.compile import KERNELS_DIR
 
-    def make(slug: str, name: str, old: str, new: str, race: bool = False) -> str:
+    def make(slug: str, name: str, old: str, new: str, race: bool = False, late_copy: bool = False) -> str:
+        if late_copy and cudl.on_gpu():
+            pytest.skip("a missing cp.async wait shows on a GPU only by chance (the copy may land in time)")
         if race:
             if cudl.on_gpu():
                 pytest.skip("a missing barrier shows on a GPU only by chance")

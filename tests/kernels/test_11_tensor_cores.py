@@ -235,6 +235,7 @@ MUTANTS = {
 # writes of cp.async (they land inside wait_group), so kernel 3's missing barrier is caught on its sm_75 path.
 RACES = {"no-barrier-after-stores", "no-barrier-before-overwrite", "no-barrier-sm75-path",
          "frag-dbuf-no-barrier"}
+LATE_COPY = {"no-wait-group", "frag-dbuf-no-wait"}  # cp.async data used before its wait
 OPTIONS = {"no-barrier-sm75-path": ("-DHGEMM_SM75",), "frag-dbuf-same-buffer": ("-DFRAG_DBUF",),
            "frag-dbuf-no-wait": ("-DFRAG_DBUF",), "frag-dbuf-no-barrier": ("-DFRAG_DBUF", "-DHGEMM_SM75")}
 
@@ -242,7 +243,8 @@ OPTIONS = {"no-barrier-sm75-path": ("-DHGEMM_SM75",), "frag-dbuf-same-buffer": (
 @pytest.mark.parametrize("mutant", MUTANTS)
 def test_mutant_is_rejected(mutant, mutated_kernel):
     name, old, new = MUTANTS[mutant]
-    source = mutated_kernel("11-tensor-cores", name, old, new, race=mutant in RACES)
+    source = mutated_kernel("11-tensor-cores", name, old, new, race=mutant in RACES,
+                            late_copy=mutant in LATE_COPY)
     M, N, K = SHAPES[name][1]
     try:
         err = relative_error(name, M, N, K, OPTIONS.get(mutant, ()), source=source)

@@ -229,7 +229,8 @@ RISING = {"vote-misses-a-row"}  # shows only where the scores grow along the seq
 @pytest.mark.parametrize("mutant", MUTANTS)
 def test_mutant_is_rejected(mutant, mutated_kernel):
     name, old, new, *build = MUTANTS[mutant]
-    source = mutated_kernel("12-flash-attention", name, old, new, race=mutant in RACES)
+    source = mutated_kernel("12-flash-attention", name, old, new, race=mutant in RACES,
+                            late_copy=mutant == "no-wait-group")
     q, k, v = inputs(2, 200, 64, rising=mutant in RISING, quiet_first_8=mutant in RISING)
     causal = mutant != "no-tail-mask"  # causal rows never reach the keys past S
     try:
