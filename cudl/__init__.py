@@ -19,7 +19,7 @@ from .bench import Pair, Timing, bench, bench_pair, flush_l2, sweep
 from .ceilings import DATASHEET, ceilings, datasheet
 from .check import check, compare, poisoned, randn
 from .counters import Counters, counters
-from .env import banner, device_info, glue, gpu_name, setup, show
+from .env import banner, device_info, glue, gpu_name, setup, show, span
 from .errors import CompileError, CudlError, EmulatorUnsupported, GpuOnly, KernelFault, KernelTimeout
 from .kernel import Kernel, load
 from .ncu import ncu
@@ -29,7 +29,7 @@ __all__ = [
     "DATASHEET", "CompileError", "CudlError", "EmulatorUnsupported", "GpuOnly", "Kernel", "KernelFault",
     "Timing", "backend_name", "banner", "bench", "ceilings", "check", "compare", "datasheet", "device_info",
     "flush_l2", "glue", "gpu_name", "grade", "load", "load_records", "ncu", "on_gpu", "poisoned", "randn", "record",
-    "require_gpu", "setup", "show", "size", "sweep", "sync", "to_numpy",
+    "require_gpu", "setup", "show", "size", "span", "sweep", "sync", "to_numpy",
 ]
 __all__ += ["Counters", "KernelTimeout", "counters"]  # emulator checks (issue 7)
 __all__ += ["Pair", "bench_pair"]  # a kernel timed in turn with its baseline

@@ -154,6 +154,13 @@ def glue(name: str, value: Any, fmt: str = "") -> None:
     display({prefix + "text/plain": text}, raw=True, metadata={"scrapbook": {"name": name, "mime_prefix": prefix}})
 
 
+def span(values: Any, fmt: str = ".0f") -> str:
+    """"lo-hi" of `values` formatted with `fmt`, or one number where both ends print the same (prose
+    such as "at {glue:}`pct`% of the copy bandwidth" must not read "89-89")."""
+    lo, hi = format(min(values), fmt), format(max(values), fmt)
+    return lo if lo == hi else f"{lo}-{hi}"
+
+
 def show(file_or_source: str, *, lines: tuple[int, int] | None = None, start: str | None = None,
          stop: str | None = None, header: bool = False, language: str = "cuda") -> None:
     """Display a kernel file of kernels_src/ (or source text) as highlighted code, in the notebook and on the site.

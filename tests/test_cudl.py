@@ -431,3 +431,10 @@ def test_l2_flush_modes():
         if old is not None:
             os.environ["CUDL_L2_FLUSH"] = old
     nvrtc_compile(_READ_FLUSH_SRC, "read_flush.cu", "sm_75")  # raises CompileError on an error
+
+
+def test_span_collapses_equal_ends():
+    assert cudl.span([59.4, 80.2, 71]) == "59-80"
+    assert cudl.span([89.2, 88.6]) == "89"  # not "89-89"
+    assert cudl.span([1.234, 1.78], ".2f") == "1.23-1.78"
+    assert cudl.span([3.0]) == "3"
