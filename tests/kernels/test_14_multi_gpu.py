@@ -146,24 +146,13 @@ def test_overlap_from_trace(tmp_path):
 
 
 def _solution_notebook(tmp_path: Path) -> tuple[Path, Path]:
-    """kernels_src/14-multi-gpu/solutions.md (waiting outside solutions/ for its GPU run) as an .ipynb, and
-    the exercise notebook `make sync` will generate from it."""
-    import jupytext
-    import nbformat
-
-    from cudl import nbtools
-
-    sol = jupytext.read(HERE / "solutions.md")
-    sol.metadata.setdefault("cudl", {})["slug"] = "14-multi-gpu"
-    sol_path, ex_path = tmp_path / "solution.ipynb", tmp_path / "exercise.ipynb"
-    nbformat.write(sol, sol_path)
-    nbformat.write(nbtools.exercise_from_solution(sol), ex_path)
-    return sol_path, ex_path
+    """Chapter 14's solution notebook and the exercise notebook `make sync` generated from it."""
+    root = HERE.parents[1]
+    return root / "solutions" / "14-multi-gpu.ipynb", root / "exercises" / "14-multi-gpu.ipynb"
 
 
 def test_exercises_solutions_pass_and_stubs_fail(tmp_path):
-    """Until chapter 14 lands, tests/test_graders.py cannot find its solutions in solutions/: the graded
-    cells of kernels_src/14-multi-gpu/solutions.md must PASS, the generated exercise's stubs must not."""
+    """The graded cells of solutions/14-multi-gpu must PASS, the exercise notebook's stubs must not."""
     from cudl.grade import REGISTRY, run
     from cudl.grade.extract import graded_sources
 
