@@ -80,6 +80,23 @@ __device__ __forceinline__ void load_tile(__half* tile, const __half* __restrict
     }
 }
 
+// The prologue's K/V copies: tile 0 into slot 0 as one commit group and, with 3 stages,
+// tile 1 into slot 1 as a second group (empty when there is no tile 1), so the loop's
+// wait_group counts are the same for every S.
+__device__ __forceinline__ void load_first_kv(__half* tiles, const __half* Kh,
+                                              const __half* Vh, int tiles_n, int S) {
+    load_tile<BC>(tiles, Kh, 0, S);
+    load_tile<BC>(tiles + BC * D, Vh, 0, S);
+    cp_async_commit();
+#if STAGES == 3
+    if (tiles_n > 1) {
+        load_tile<BC>(tiles + 2 * BC * D, Kh, BC, S);
+        load_tile<BC>(tiles + 3 * BC * D, Vh, BC, S);
+    }
+    cp_async_commit();
+#endif
+}
+
 // The lane's ldmatrix_x4 offsets (halves) into a swizzled tile, for the 16 x 16 blocks at
 // columns 16 k, k = 0 ... 3: lane l gives the address of row `row` (its row within the
 // block, the same modulo 8 for every block it visits), column half `half` (0 or 1).

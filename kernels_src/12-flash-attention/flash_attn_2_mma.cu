@@ -161,16 +161,7 @@ flash_attn_2_mma(int S, float scale, int causal, const __half* __restrict__ Q,
 #if STAGES == 2
     cp_async_commit();
 #endif
-    load_tile<BC>(tiles, Kh, 0, S);
-    load_tile<BC>(tiles + BC * D, Vh, 0, S);
-    cp_async_commit();
-#if STAGES == 3
-    if (tiles_n > 1) {
-        load_tile<BC>(tiles + 2 * BC * D, Kh, BC, S);
-        load_tile<BC>(tiles + 3 * BC * D, Vh, BC, S);
-    }
-    cp_async_commit();
-#endif
+    load_first_kv(tiles, Kh, Vh, tiles_n, S);
     cp_async_wait<1>();  // all but the newest group: Q (and tile 0 with 3 stages)
     __syncthreads();
     unsigned qf[D / 16][4];  // the warp's 16 x D rows of Q as A fragments

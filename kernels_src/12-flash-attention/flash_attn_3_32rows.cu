@@ -46,16 +46,7 @@ flash_attn_3_32rows(int S, float scale, int causal, const __half* __restrict__ Q
     const __half* Qw = Qs + 32 * warp * D;  // the warp's rows of Q
 
     load_tile<BR>(Qs, Q + head, q0, S);
-    load_tile<BC>(tiles, Kh, 0, S);
-    load_tile<BC>(tiles + BC * D, Vh, 0, S);
-    cp_async_commit();
-#if STAGES == 3
-    if (tiles_n > 1) {
-        load_tile<BC>(tiles + 2 * BC * D, Kh, BC, S);
-        load_tile<BC>(tiles + 3 * BC * D, Vh, BC, S);
-    }
-    cp_async_commit();
-#endif
+    load_first_kv(tiles, Kh, Vh, tiles_n, S);
 
     const float scale2 = scale * LOG2E;  // exp(scale s) = exp2(scale2 s)
     float o[2][D / 8][4] = {};
