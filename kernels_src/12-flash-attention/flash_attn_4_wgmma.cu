@@ -42,28 +42,16 @@
 #define FLASH_SM90A 1
 #endif
 
-#ifdef FLASH_SM90A
-// Rows row0 .. row0 + rows - 1 of an [S, 128] matrix into a tile at byte address `tile`
-// (two column blocks of rows x 128 bytes); rows past S are zero-filled.
-__device__ __forceinline__ void load_tile(unsigned tile, const __half* __restrict__ src,
-                                          int row0, int rows, int S) {
-    for (int c = threadIdx.x; c < rows * (D / 8); c += THREADS) {
-        const int r = c / (D / 8), cc = c % (D / 8);  // row, 16-byte chunk of the row
-        const bool valid = row0 + r < S;
-        const __half* g = src + (size_t)(valid ? row0 + r : 0) * D + cc * 8;
-        const unsigned dst = tile + (cc / 8) * rows * 128 + swz(r * 128 + (cc % 8) * 16);
-        cp_async16_zfill(dst, g, valid ? 16 : 0);
-    }
-}
+// load_tile, store_o and the wgmma shapes wgmma_qk (S += Q K^T, both K-major in shared
+// memory) and wgmma_pv (O += P V, P in registers, V read transposed), shared with
+// kernels 5 and 6
+#include "12-flash-attention/flash_wgmma.cuh"
 
+#ifdef FLASH_SM90A
 __device__ __forceinline__ void wgmma_commit_and_wait() {
     wgmma_commit();
     wgmma_wait<0>();
 }
-// S += Q K^T (both K-major in shared memory) and O += P V (P in registers, V read
-// transposed): the wgmma shapes of tc_ptx.cuh that this kernel uses.
-#define wgmma_qk wgmma_64x64x16
-#define wgmma_pv wgmma_64x128x16_rs
 #endif
 
 extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
@@ -168,19 +156,6 @@ flash_attn_4_wgmma(int S, float scale, int causal, const __half* __restrict__ Q,
         __syncthreads();  // the slot is refilled at the next step
     }
     asm volatile("cp.async.wait_all;\n" ::: "memory");  // only empty groups are left
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-        l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
-        l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
-        const int row = rq + 8 * h;
-        if (row >= S) continue;
-        const float inv = 1.f / l[h];
-        __half* out = O + head + (size_t)row * D;
-#pragma unroll
-        for (int dt = 0; dt < D / 8; dt++)
-            *reinterpret_cast<__half2*>(&out[8 * dt + 2 * t]) =
-                __floats2half2_rn(o[4 * dt + 2 * h] * inv, o[4 * dt + 2 * h + 1] * inv);
-        if (t == 0) L[(size_t)blockIdx.y * S + row] = (m[h] + log2f(l[h])) * LN2;
-    }
+    store_o(o, l, m, rq, t, S, O + head, L + (size_t)blockIdx.y * S);
 #endif
 }

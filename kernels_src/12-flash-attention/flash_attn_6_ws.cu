@@ -60,7 +60,7 @@
 
 static_assert(BC % 64 == 0 || BC == 176, "BC: 64, 128, 192 or 176 keys per tile");
 
-// issue_qk, issue_pv, softmax_tile and fence_regs, shared with kernel 5
+// issue_qk, issue_pv, softmax_tile, fence_regs and store_o, shared with kernels 4 and 5
 #include "12-flash-attention/flash_wgmma.cuh"
 
 #ifdef TC_SM90A
@@ -239,21 +239,7 @@ flash_attn_6_ws(int S, float scale, int causal,
         wgmma_wait<0>();
         fence_regs<D / 2>(o);
         release(v_empty((i - 1) % STAGES));
-        const size_t head = (size_t)row0 * D;
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
-            l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
-            const int row = rq + 8 * h;
-            if (row >= S) continue;
-            const float inv = 1.f / l[h];
-            __half* out = O + head + (size_t)row * D;
-#pragma unroll
-            for (int dt = 0; dt < D / 8; dt++)
-                *reinterpret_cast<__half2*>(&out[8 * dt + 2 * t]) = __floats2half2_rn(
-                    o[4 * dt + 2 * h] * inv, o[4 * dt + 2 * h + 1] * inv);
-            if (t == 0) L[(size_t)row0 + row] = (m[h] + log2f(l[h])) * LN2;
-        }
+        store_o(o, l, m, rq, t, S, O + (size_t)row0 * D, L + row0);
     }
     last_turn(c);
 #endif

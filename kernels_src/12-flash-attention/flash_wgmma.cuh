@@ -1,13 +1,52 @@
-// flash_wgmma.cuh: the warpgroup pieces of kernels 5 and 6 (sm_90a): issue S = Q K^T and
-// O += P V as asynchronous wgmma groups, and the online softmax of one 64 x BC tile of
-// scores in the accumulator layout. The including kernel defines D (128), BC (64 or 128),
-// Q_BLOCK and T_BLOCK (bytes of one 64-wide column block of its Q tile and of a K or V
-// tile) and NEG_INF; tiles use the 128-byte swizzle of kernels 4 and 5.
+// flash_wgmma.cuh: the warpgroup pieces of kernels 4, 5 and 6 (sm_90a): issue S = Q K^T
+// and O += P V as asynchronous wgmma groups, the online softmax of one 64 x BC tile of
+// scores in the accumulator layout, the end of a tile (O / l and L stored), and the
+// cp.async copy of a tile (kernels 4 and 5). The including kernel defines D (128), BC
+// (64 or 128), Q_BLOCK and T_BLOCK (bytes of one 64-wide column block of its Q tile and
+// of a K or V tile), THREADS, NEG_INF and LN2; tiles use the 128-byte swizzle of
+// kernels 4 and 5.
 
 #pragma once
 #include "11-tensor-cores/tc_ptx.cuh"  // wgmma wrappers, desc, pack_half2
 
 #ifdef TC_SM90A
+// Rows row0 .. row0 + rows - 1 of an [S, 128] matrix into a tile at byte address `tile`
+// (two column blocks of rows x 128 bytes), copied by all THREADS threads with cp.async;
+// rows past S are zero-filled.
+__device__ __forceinline__ void load_tile(unsigned tile, const __half* __restrict__ src,
+                                          int row0, int rows, int S) {
+    for (int c = threadIdx.x; c < rows * (D / 8); c += THREADS) {
+        const int r = c / (D / 8), cc = c % (D / 8);  // row, 16-byte chunk of the row
+        const bool valid = row0 + r < S;
+        const __half* g = src + (size_t)(valid ? row0 + r : 0) * D + cc * 8;
+        const unsigned dst = tile + (cc / 8) * rows * 128 + swz(r * 128 + (cc % 8) * 16);
+        cp_async16_zfill(dst, g, valid ? 16 : 0);
+    }
+}
+
+// The end of a tile: l summed over the four lanes of each of this thread's rows rq and
+// rq + 8, O divided by it and stored in fp16, and the log-sum-exp in natural-log units,
+// L = (m + log2 l) ln 2, kept for a backward pass. O and L point at the head's first
+// row; rows at or past S are not stored.
+__device__ __forceinline__ void store_o(const float* o, float* l, const float* m, int rq,
+                                        int t, int S, __half* __restrict__ O,
+                                        float* __restrict__ L) {
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
+        l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+        const int row = rq + 8 * h;
+        if (row >= S) continue;
+        const float inv = 1.f / l[h];
+        __half* out = O + (size_t)row * D;
+#pragma unroll
+        for (int dt = 0; dt < D / 8; dt++)
+            *reinterpret_cast<__half2*>(&out[8 * dt + 2 * t]) =
+                __floats2half2_rn(o[4 * dt + 2 * h] * inv, o[4 * dt + 2 * h + 1] * inv);
+        if (t == 0) L[row] = (m[h] + log2f(l[h])) * LN2;
+    }
+}
+
 // After a wait: the registers count as written here, so no read of them moves above it.
 template <int N> __device__ __forceinline__ void fence_regs(float* r) {
 #pragma unroll

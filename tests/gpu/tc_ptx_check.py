@@ -36,6 +36,7 @@ TESTS = [
     f"{K13}::test_igemm_mma[256x128x192]",
     f"{K13}::test_igemm_mma_sm75_path",
     f"{K13}::test_igemm_mma_two_stages",
+    f"{K13}::test_igemm_wgmma_on_hopper",
 ]
 
 if __name__ == "__main__":

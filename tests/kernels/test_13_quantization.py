@@ -358,6 +358,45 @@ def test_igemm_mma_tiles(options):
     igemm("igemm_2_mma", 256, 512, 384, options=options)
 
 
+WGMMA_S8 = ("-arch=sm_90a", "-DIGEMM_S8")  # chapter 11's kernel 5 built as an int8 GEMM
+
+
+@pytest.mark.parametrize("options", [(), ("-DSTAGES=2",), ("-DPERSISTENT", "-DGROUP_M=8", "-DSETMAXNREG"),
+                                     ("-DPERSISTENT", "-DGROUP_M=16")], ids=lambda o: " ".join(o) or "plain")
+def test_igemm_wgmma_on_hopper(options):
+    """hgemm_5_wgmma_tma with -DIGEMM_S8 (wgmma s8 -> s32, TMA; sm_90a only), bit-exact, on an sm_90 GPU
+    under `make gpu-test`: one tile, K steps over several rounds of the ring, more tiles than SMs."""
+    if not cudl.on_gpu() or cudl.device_info()["cc"] != "9.0":
+        pytest.skip("wgmma and TMA run on sm_90 GPUs only (not on the emulator)")
+    from cudl.tma import tensor_map_2d
+
+    k = cudl.load("11-tensor-cores/hgemm_4_wgmma.cu", "hgemm_5_wgmma_tma", options=(*WGMMA_S8, *options))
+    stages = int(dict(v[2:].split("=") for v in options if "=" in v).get("STAGES", 4))
+    for M, N, K in ((128, 256, 128), (384, 768, 4096), (2560, 4096, 512)):
+        a, b = rand_int8(M, K), rand_int8(N, K)
+        A, B = cudl.xp.asarray(a), cudl.xp.asarray(b)
+        c = out_buf(M * N, np.int32, np.iinfo(np.int32).min)
+        grid = (N // 256, M // 128)
+        if "-DPERSISTENT" in options:
+            grid = (min(cudl.device_info()["sms"], grid[0] * grid[1]),)
+        k(grid, 384, (M, N, K, tensor_map_2d(A, (128, 128)), tensor_map_2d(B, (64, 128)), c),
+          shared_mem=stages * (128 + 256) * 128 + 1024 + 16 * stages)
+        cudl.sync()
+        got = take(c, M * N, np.iinfo(np.int32).min).reshape(M, N)
+        np.testing.assert_array_equal(got, a.astype(np.int64) @ b.astype(np.int64).T, err_msg=f"{M}x{N}x{K}")
+
+
+@pytest.mark.parametrize("stages", [2, 3, 4])
+def test_igemm_wgmma_compiles(stages):
+    """The int8 build of chapter 11's wgmma file compiles for sm_90a on any machine (NVRTC, no GPU):
+    kernel 4 is left out of it, kernel 5 takes the s8 wgmma."""
+    from cudl.compile import nvrtc_compile
+    from cudl.nbtools import KERNELS_DIR
+
+    src = (KERNELS_DIR / "11-tensor-cores/hgemm_4_wgmma.cu").read_text()
+    nvrtc_compile(src, "11-tensor-cores/hgemm_4_wgmma.cu", "sm_90a", ("-DIGEMM_S8", f"-DSTAGES={stages}"))
+
+
 # ------------------------------------------------------------------------------ fp8 (GPU only)
 
 @pytest.mark.skipif(not cudl.on_gpu(), reason="fp8 conversions need a GPU (cuda_fp8.h)")
