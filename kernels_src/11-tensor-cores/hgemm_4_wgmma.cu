@@ -17,10 +17,11 @@
 //                     cudl.tma) live in global memory, 128 bytes each.
 // Options: -DSTAGES (4), -DGROUP_M=8 (tiles in bands), -DIN_FLIGHT=2 (kernel 4),
 // -DSETMAXNREG and -DPERSISTENT (kernel 5); see their definitions below. -DIGEMM_S8
-// builds kernel 5 as chapter 13's int8 GEMM (kernel 4 is then left out): int8 A (M x K)
-// and B given as N x K (both K-major: the integer wgmma cannot transpose), int32 C. The
-// tiles keep their bytes (a swizzled row is 128 int8 values of K instead of 64 halves),
-// so only the element type, the B tile's layout and the instruction change.
+// builds kernel 5 as chapter 13's int8 GEMM, -DFP8_E4M3 as its fp8 GEMM (kernel 4 is then
+// left out): 8-bit A (M x K) and B given as N x K (both K-major: the 8-bit wgmma cannot
+// transpose), int32 or fp32 C. The tiles keep their bytes (a swizzled row is 128 8-bit
+// values of K instead of 64 halves), so only the element type, the B tile's layout and
+// the instruction change.
 // Limit: the targets are 90% of cuBLAS at 4096^3 on the H100 for hgemm_5; cuBLAS adds
 // clusters with TMA multicast, a TMA store epilogue, ping-pong consumers.
 // Launch: hgemm_4: block 256, grid (N / 256, M / 128), shared_mem = SMEM_BYTES;
@@ -34,18 +35,22 @@
 
 #define BM 128
 #define BN 256
-#ifdef IGEMM_S8
-#define BK 128  // 128 int8 = 128 bytes: one swizzled row
-typedef int acc_t;
+#if defined(IGEMM_S8) || defined(FP8_E4M3)
+#define EIGHT_BIT 1
+#define BK 128  // 128 8-bit values = 128 bytes: one swizzled row
 #else
 #define BK 64  // 64 halves = 128 bytes: one swizzled row
+#endif
+#ifdef IGEMM_S8
+typedef int acc_t;
+#else
 typedef float acc_t;
 #endif
 #ifndef STAGES
 #define STAGES 4
 #endif
 #define A_BYTES (BM * 128)  // 16 KiB: BM rows of K
-#define B_BYTES (BN * 128)  // 32 KiB: BK rows of N (fp16), or BN rows of K (int8)
+#define B_BYTES (BN * 128)  // 32 KiB: BK rows of N (fp16), or BN rows of K (8-bit)
 #define STAGE_BYTES (A_BYTES + B_BYTES)
 // + 1024 to align the ring to a swizzle atom, + 2 x STAGES mbarriers of 8 bytes
 #define SMEM_BYTES (STAGES * STAGE_BYTES + 1024 + 16 * STAGES)
@@ -94,15 +99,19 @@ __device__ __forceinline__ void tile_of(int t, int tiles_m, int tiles_n, int& tm
 }
 
 #ifdef HGEMM_SM90A
-// The 4 wgmma of one K step (128 bytes of K) for warpgroup wg: A rows 64 wg ... 64 wg + 63.
-// Each wgmma takes 32 bytes of K (k16 in fp16, k32 in int8): A advances 32 bytes inside
-// its swizzled rows; the N-major fp16 B two 1 KiB atoms, the K-major int8 B 32 bytes.
+// The 4 wgmma of one K step (128 bytes of K) for warpgroup wg: A rows 64 wg ... 64 wg +
+// 63. Each wgmma takes 32 bytes of K (k16 in fp16, k32 in 8 bits): A advances 32 bytes
+// inside its swizzled rows; the N-major fp16 B two 1 KiB atoms, the K-major 8-bit B 32
+// bytes.
 __device__ __forceinline__ void mma_step(acc_t* d, unsigned a, unsigned b, int wg) {
     wgmma_fence();
     for (int kk = 0; kk < 4; kk++)
-#ifdef IGEMM_S8
+#if defined(IGEMM_S8)
         wgmma_64x256x32_s8(d, desc(a + wg * 64 * 128 + kk * 32, 16, 1024),
                            desc(b + kk * 32, 16, 1024));
+#elif defined(FP8_E4M3)
+        wgmma_64x256x32_e4m3(d, desc(a + wg * 64 * 128 + kk * 32, 16, 1024),
+                             desc(b + kk * 32, 16, 1024));
 #else
         wgmma_64x256x16(d, desc(a + wg * 64 * 128 + kk * 32, 16, 1024),
                         desc(b + kk * 16 * 128, B_LBO, B_SBO));
@@ -114,7 +123,8 @@ __device__ __forceinline__ void mma_step(acc_t* d, unsigned a, unsigned b, int w
 // Accumulator layout (per warpgroup, like 32 mma.sync tiles of 16 x 8 side by side): warp
 // w of the warpgroup owns rows 16 w ... 16 w + 15; lane (g = lane / 4, t = lane % 4)
 // holds d[4 j + 0, 1] at row g, columns 8 j + 2 t, + 1 and d[4 j + 2, 3] at row g + 8.
-// The integer accumulators have the same layout. Two neighbours go out as one 8-byte store.
+// The integer accumulators have the same layout. Two neighbours go out as one 8-byte
+// store.
 __device__ __forceinline__ void store2(float* p, float x, float y) {
     *reinterpret_cast<float2*>(p) = make_float2(x, y);
 }
@@ -130,7 +140,7 @@ __device__ __forceinline__ void store_tile(acc_t* C, int N, size_t row, int col,
     }
 }
 
-#ifndef IGEMM_S8
+#ifndef EIGHT_BIT
 extern "C" __global__ void __launch_bounds__(256, 1)
 hgemm_4_wgmma(int M, int N, int K, const __half* __restrict__ A,
               const __half* __restrict__ B, float* __restrict__ C) {
@@ -185,10 +195,10 @@ hgemm_4_wgmma(int M, int N, int K, const __half* __restrict__ A,
 #endif
 }
 
-#endif  // IGEMM_S8
+#endif  // EIGHT_BIT
 
 // map_a: A (M x K, contiguous K), box 128 rows x 128 bytes; map_b: fp16 B (K x N,
-// contiguous N), box 64 x 64, or int8 B (N x K, contiguous K), box 64 rows x 128 bytes;
+// contiguous N), box 64 x 64, or 8-bit B (N x K, contiguous K), box 64 rows x 128 bytes;
 // all with the 128-byte swizzle.
 extern "C" __global__ void __launch_bounds__(384, 1)
 hgemm_5_wgmma_tma(int M, int N, int K, const unsigned long long* __restrict__ map_a,
@@ -229,9 +239,9 @@ hgemm_5_wgmma_tma(int M, int N, int K, const unsigned long long* __restrict__ ma
                     mbar_expect(bar, STAGE_BYTES);
                     tma_load(a, map_a, step * BK, tm * BM, bar);
                     for (int j = 0; j < BN / 64; j++)  // 4 boxes of 8 KiB
-#ifdef IGEMM_S8  // rows n of B, K-major like A
-                        tma_load(a + A_BYTES + j * 8192, map_b, step * BK, tn * BN + 64 * j,
-                                 bar);
+#ifdef EIGHT_BIT  // rows n of B, K-major like A
+                        tma_load(a + A_BYTES + j * 8192, map_b, step * BK,
+                                 tn * BN + 64 * j, bar);
 #else  // 64-wide column blocks of B
                         tma_load(a + A_BYTES + j * 8192, map_b, tn * BN + 64 * j,
                                  step * BK, bar);

@@ -37,6 +37,7 @@ TESTS = [
     f"{K13}::test_igemm_mma_sm75_path",
     f"{K13}::test_igemm_mma_two_stages",
     f"{K13}::test_igemm_wgmma_on_hopper",
+    f"{K13}::test_fp8_wgmma_on_hopper",
 ]
 
 if __name__ == "__main__":

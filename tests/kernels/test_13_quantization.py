@@ -358,43 +358,73 @@ def test_igemm_mma_tiles(options):
     igemm("igemm_2_mma", 256, 512, 384, options=options)
 
 
-WGMMA_S8 = ("-arch=sm_90a", "-DIGEMM_S8")  # chapter 11's kernel 5 built as an int8 GEMM
+WGMMA_SHAPES = ((128, 256, 128), (384, 768, 4096), (2560, 4096, 512))  # one tile; rounds of the ring; > SMs
+WGMMA_TUNINGS = [(), ("-DSTAGES=2",), ("-DPERSISTENT", "-DGROUP_M=8", "-DSETMAXNREG"), ("-DPERSISTENT", "-DGROUP_M=16")]
 
 
-@pytest.mark.parametrize("options", [(), ("-DSTAGES=2",), ("-DPERSISTENT", "-DGROUP_M=8", "-DSETMAXNREG"),
-                                     ("-DPERSISTENT", "-DGROUP_M=16")], ids=lambda o: " ".join(o) or "plain")
-def test_igemm_wgmma_on_hopper(options):
-    """hgemm_5_wgmma_tma with -DIGEMM_S8 (wgmma s8 -> s32, TMA; sm_90a only), bit-exact, on an sm_90 GPU
-    under `make gpu-test`: one tile, K steps over several rounds of the ring, more tiles than SMs."""
+def hopper_only() -> None:
     if not cudl.on_gpu() or cudl.device_info()["cc"] != "9.0":
         pytest.skip("wgmma and TMA run on sm_90 GPUs only (not on the emulator)")
+
+
+def wgmma_8bit(a, b, c, options) -> None:
+    """C = A B^T through chapter 11's kernel 5 built for 8-bit inputs (options name the type): A (M x K)
+    and B (N x K) device arrays of bytes."""
     from cudl.tma import tensor_map_2d
 
-    k = cudl.load("11-tensor-cores/hgemm_4_wgmma.cu", "hgemm_5_wgmma_tma", options=(*WGMMA_S8, *options))
+    k = cudl.load("11-tensor-cores/hgemm_4_wgmma.cu", "hgemm_5_wgmma_tma", options=("-arch=sm_90a", *options))
     stages = int(dict(v[2:].split("=") for v in options if "=" in v).get("STAGES", 4))
-    for M, N, K in ((128, 256, 128), (384, 768, 4096), (2560, 4096, 512)):
+    (M, K), N = a.shape, b.shape[0]
+    grid = (N // 256, M // 128)
+    if "-DPERSISTENT" in options:
+        grid = (min(cudl.device_info()["sms"], grid[0] * grid[1]),)
+    k(grid, 384, (M, N, K, tensor_map_2d(a, (128, 128)), tensor_map_2d(b, (64, 128)), c),
+      shared_mem=stages * (128 + 256) * 128 + 1024 + 16 * stages)
+    cudl.sync()
+
+
+@pytest.mark.parametrize("options", WGMMA_TUNINGS, ids=lambda o: " ".join(o) or "plain")
+def test_igemm_wgmma_on_hopper(options):
+    """hgemm_5_wgmma_tma with -DIGEMM_S8 (wgmma s8 -> s32, TMA; sm_90a only), bit-exact, on an sm_90 GPU
+    under `make gpu-test`."""
+    hopper_only()
+    for M, N, K in WGMMA_SHAPES:
         a, b = rand_int8(M, K), rand_int8(N, K)
-        A, B = cudl.xp.asarray(a), cudl.xp.asarray(b)
         c = out_buf(M * N, np.int32, np.iinfo(np.int32).min)
-        grid = (N // 256, M // 128)
-        if "-DPERSISTENT" in options:
-            grid = (min(cudl.device_info()["sms"], grid[0] * grid[1]),)
-        k(grid, 384, (M, N, K, tensor_map_2d(A, (128, 128)), tensor_map_2d(B, (64, 128)), c),
-          shared_mem=stages * (128 + 256) * 128 + 1024 + 16 * stages)
-        cudl.sync()
+        wgmma_8bit(cudl.xp.asarray(a), cudl.xp.asarray(b), c, ("-DIGEMM_S8", *options))
         got = take(c, M * N, np.iinfo(np.int32).min).reshape(M, N)
         np.testing.assert_array_equal(got, a.astype(np.int64) @ b.astype(np.int64).T, err_msg=f"{M}x{N}x{K}")
 
 
+@pytest.mark.parametrize("options", WGMMA_TUNINGS[::2], ids=lambda o: " ".join(o) or "plain")
+def test_fp8_wgmma_on_hopper(options):
+    """The -DFP8_E4M3 build (wgmma e4m3 -> fp32) against float64 products of the same fp8 values, NaN-poisoned
+    output. The fp8 Tensor Cores sum with fewer bits than fp32, hence the tolerance; a wrong layout is off by
+    O(1)."""
+    hopper_only()
+    torch = pytest.importorskip("torch")
+    for M, N, K in WGMMA_SHAPES:
+        a, b = (torch.randn(n, K, device="cuda").to(torch.float8_e4m3fn) for n in (M, N))
+        c = out_buf(M * N, np.float32, np.nan)
+        wgmma_8bit(*(cudl.xp.from_dlpack(t.view(torch.uint8)) for t in (a, b)), c, ("-DFP8_E4M3", *options))
+        got = take(c, M * N, np.nan).reshape(M, N)
+        a64, b64 = (t.float().cpu().numpy().astype(np.float64) for t in (a, b))  # exact values
+        ref = a64 @ b64.T
+        assert np.isfinite(got).all(), f"{M}x{N}x{K}: NaN or Inf left in the output"
+        err = np.linalg.norm(got - ref) / np.linalg.norm(ref)
+        assert err < 1e-2, f"{M}x{N}x{K}: relative error {err:.1e}"
+
+
+@pytest.mark.parametrize("kind", ["-DIGEMM_S8", "-DFP8_E4M3"])
 @pytest.mark.parametrize("stages", [2, 3, 4])
-def test_igemm_wgmma_compiles(stages):
-    """The int8 build of chapter 11's wgmma file compiles for sm_90a on any machine (NVRTC, no GPU):
-    kernel 4 is left out of it, kernel 5 takes the s8 wgmma."""
+def test_igemm_wgmma_compiles(stages, kind):
+    """The int8 and fp8 builds of chapter 11's wgmma file compile for sm_90a on any machine (NVRTC, no GPU):
+    kernel 4 is left out of them, kernel 5 takes the 8-bit wgmma."""
     from cudl.compile import nvrtc_compile
     from cudl.nbtools import KERNELS_DIR
 
     src = (KERNELS_DIR / "11-tensor-cores/hgemm_4_wgmma.cu").read_text()
-    nvrtc_compile(src, "11-tensor-cores/hgemm_4_wgmma.cu", "sm_90a", ("-DIGEMM_S8", f"-DSTAGES={stages}"))
+    nvrtc_compile(src, "11-tensor-cores/hgemm_4_wgmma.cu", "sm_90a", (kind, f"-DSTAGES={stages}"))
 
 
 # ------------------------------------------------------------------------------ fp8 (GPU only)
