@@ -425,6 +425,12 @@ def _compile_module(source: str, shown: str, options: tuple[str, ...], names: tu
         kernels = names
         path, log = build(kernels)
     if log:
+        # inline PTX that translate() left as a static_assert and the compiler did meet (a macro-built template
+        # in a compiled branch): the same refusal as for any other PTX the emulator does not know
+        refused = re.search(r"static assertion failed: (not supported on the CPU emulator: .*?run this cell on a GPU)",
+                            log)
+        if refused:
+            raise EmulatorUnsupported(refused.group(1))
         raise CompileError(f"{shown} does not compile (g++, CPU emulator):\n" + format_log(log, source, shown)
                            + cc.hints(log))
     lib = ctypes.CDLL(str(path))

@@ -267,7 +267,8 @@ def translate(source: str, shown: str, strict: bool = True) -> str:
     """The source with every asm statement replaced by emulator calls; raises EmulatorUnsupported for an
     instruction it does not know. With strict=False (the raw source, whose inactive `#if` branches may hold
     GPU-only PTX: check_supported has refused what the compiler will see) such a statement becomes a
-    static_assert with the same message instead; a template built by a macro is refused either way."""
+    static_assert with the same message instead, a template built by a macro too (it is refused when the
+    compiler meets it, in a branch that is compiled)."""
     text = strip_comments(source)
     out, pos = [], 0
     for m in ASM.finditer(text):
@@ -283,7 +284,7 @@ def translate(source: str, shown: str, strict: bool = True) -> str:
             what = exc.args[0] if isinstance(exc, _Unsupported) else "operands"
             msg = (f"not supported on the CPU emulator: inline PTX asm: {what} ({shown}:{line}); "
                    "run this cell on a GPU")
-            if strict or end < 0 or what == MACRO:
+            if strict or end < 0:
                 raise EmulatorUnsupported(msg) from None
             code = "do { static_assert(sizeof(char) == 0, " + json.dumps(msg) + "); } while (0)"
         breaks = re.findall(r"\\?[ \t]*\n", text[m.start():end + 1])  # inside a #define: keep the backslashes

@@ -534,3 +534,17 @@ def test_asm_keeps_line_numbers():
         cudl.load(src, "k")(1, 32, (np.zeros(32, np.float32),))
     with pytest.raises(cudl.CompileError, match=r":4"):
         cudl.load(src.replace("1.0f", "undefined_name"), "k")
+
+
+@emulator_only
+def test_asm_template_built_by_a_macro_in_an_inactive_branch_is_accepted():
+    """A GPU-only wrapper whose instruction template is built by a macro (a register list written once), in a
+    branch the emulator's compiler does not see, must not stop the rest of the file from running here."""
+    src = ('#define REGS "%0"\n'
+           '#if defined(__CUDA_ARCH_FEAT_SM90_ALL)\n'
+           '__device__ void gpu_only(unsigned* r) { asm volatile("mov.u32 " REGS ", 7;" : "=r"(r[0])); }\n'
+           '#endif\n'
+           'extern "C" __global__ void k(unsigned* y) { y[threadIdx.x] = threadIdx.x; }\n')
+    y = np.zeros(4, np.uint32)
+    cudl.load(src, "k")(1, 4, (y,))
+    assert list(y) == [0, 1, 2, 3]
