@@ -169,7 +169,8 @@ def show(file_or_source: str, *, lines: tuple[int, int] | None = None, start: st
     Jupyter/Colab render it as code too. `lines=(first, last)` shows only those lines (1-based, inclusive).
     `start`/`stop` pick a part by text instead, which survives edits above it: from the first line holding
     `start` to the line before the next one holding `stop` (or the end). `header=True` shows the file's
-    leading comment block first, as a block of its own (what the file is, before the part of it shown).
+    leading comment block first, as a block of its own (what the file is, before the part of it shown); with
+    the whole file shown, which begins with that block anyway, it is not shown twice.
     """
     from IPython.display import display
 
@@ -181,7 +182,7 @@ def show(file_or_source: str, *, lines: tuple[int, int] | None = None, start: st
 
     text, shown = resolve(file_or_source)
     src = text.rstrip("\n").splitlines()
-    if header:
+    if header and (lines is not None or start is not None or stop is not None):
         emit("\n".join(src[: next((i for i, line in enumerate(src) if not line.startswith("//")), len(src))]))
     if lines is not None:
         src = src[lines[0] - 1 : lines[1]]

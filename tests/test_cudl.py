@@ -342,7 +342,8 @@ def test_show_displays_highlighted_cuda(capsys):
 
 def test_show_picks_a_part_by_text():
     """start/stop select from the line holding `start` to the one before `stop`; header=True shows the
-    leading comment block first; a marker that is not there is an error that names it."""
+    leading comment block first (once: not before a whole file, which begins with it); a marker that is not
+    there is an error that names it."""
     import IPython.display
 
     src = "// what\n// why\nint a;\n// -- part\nint b;\nint c;\n// -- next\nint d;\n"
@@ -352,11 +353,12 @@ def test_show_picks_a_part_by_text():
     try:
         cudl.show(src, start="-- part", stop="-- next")
         cudl.show(src, start="-- next", header=True)
+        cudl.show(src, header=True)  # the whole file: its header once, not again before it
         with pytest.raises(ValueError, match="-- nowhere"):
             cudl.show(src, start="-- nowhere")
     finally:
         IPython.display.display = orig
-    assert shown == ["// -- part\nint b;\nint c;", "// what\n// why", "// -- next\nint d;"]
+    assert shown == ["// -- part\nint b;\nint c;", "// what\n// why", "// -- next\nint d;", src.rstrip("\n")]
 
 
 def test_launch_checks_survive_the_fast_path():
