@@ -22,6 +22,16 @@ import pytest  # noqa: E402
 
 
 @pytest.fixture
+def hopper():
+    """Skips the test unless it runs on an sm_90 GPU (H100, H200): wgmma and TMA exist nowhere else, and the
+    emulator does not run them."""
+    import cudl
+
+    if not cudl.on_gpu() or cudl.device_info()["cc"] != "9.0":
+        pytest.skip("wgmma and TMA run on sm_90 GPUs only (not on the emulator)")
+
+
+@pytest.fixture
 def mutated_kernel(monkeypatch):
     """`mutated_kernel(slug, name, old, new, race=False, late_copy=False)`: the source of
     kernels_src/<slug>/<name>.cu with the one line `old` replaced by `new` (the line must still be there,

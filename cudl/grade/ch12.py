@@ -7,7 +7,6 @@ Q, K, V and O are [BH, S, D] fp16 arrays (BH = batch x heads), LSE is [BH, S] fl
 
 from __future__ import annotations
 
-import functools
 import math
 from typing import Any
 
@@ -91,19 +90,13 @@ def flash_launch(kernel: Any, q: Any, k: Any, v: Any, o: Any, lse: Any, causal: 
         work = grid[0] * grid[1]
         # persistent blocks take the tiles in a fixed order: that evens out only equal tiles, so with a
         # causal mask (tiles of every length) the hardware hands out one tile per block as SMs free up
-        grid = (min(work, sm_count()) if kernel.persistent and not causal else work,)
+        grid = (min(work, cudl.device_info()["sms"]) if kernel.persistent and not causal else work,)
         kernel(grid, threads, (S, np.float32(scale), int(causal), *maps, o, lse, bh), shared_mem=smem)
         return
     kernel(grid, threads, (S, np.float32(scale), int(causal), q, k, v, o, lse), shared_mem=smem)
 
 
 _MAPS: dict[tuple[int, int, int, int], Any] = {}
-
-
-@functools.cache
-def sm_count() -> int:
-    """Streaming multiprocessors of the current GPU (asked once: a query costs more than a launch)."""
-    return int(cudl.xp.cuda.Device().attributes["MultiProcessorCount"])
 
 
 def ws_maps(q: Any, k: Any, v: Any, bc: int) -> tuple[Any, Any, Any]:

@@ -287,11 +287,9 @@ def test_ldmatrix_bank_conflicts(name, swizzled, options):
     ("hgemm_4_wgmma", 256, ()), ("hgemm_4_wgmma", 256, ("-DIN_FLIGHT=1", "-DGROUP_M=8")),
     ("hgemm_5_wgmma_tma", 384, ()), ("hgemm_5_wgmma_tma", 384, ("-DGROUP_M=8", "-DSETMAXNREG")),
     ("hgemm_5_wgmma_tma", 384, ("-DPERSISTENT", "-DGROUP_M=8"))])
-def test_wgmma_kernels_on_hopper(kernel, threads, options):
+def test_wgmma_kernels_on_hopper(kernel, threads, options, hopper):
     """Kernels 4 and 5 (wgmma, TMA: sm_90a only) and their tuning options against float64, on an sm_90
     GPU under `make gpu-test`."""
-    if not cudl.on_gpu() or cudl.device_info()["cc"] != "9.0":
-        pytest.skip("wgmma and TMA run on sm_90 GPUs only (not on the emulator)")
     from cudl.tma import tensor_map_2d
 
     k = cudl.load("11-tensor-cores/hgemm_4_wgmma.cu", kernel, options=["-arch=sm_90a", *options])

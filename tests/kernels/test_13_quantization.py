@@ -362,11 +362,6 @@ WGMMA_SHAPES = ((128, 256, 128), (384, 768, 4096), (2560, 4096, 512))  # one til
 WGMMA_TUNINGS = [(), ("-DSTAGES=2",), ("-DPERSISTENT", "-DGROUP_M=8", "-DSETMAXNREG"), ("-DPERSISTENT", "-DGROUP_M=16")]
 
 
-def hopper_only() -> None:
-    if not cudl.on_gpu() or cudl.device_info()["cc"] != "9.0":
-        pytest.skip("wgmma and TMA run on sm_90 GPUs only (not on the emulator)")
-
-
 def wgmma_8bit(a, b, c, options) -> None:
     """C = A B^T through chapter 11's kernel 5 built for 8-bit inputs (options name the type): A (M x K)
     and B (N x K) device arrays of bytes."""
@@ -384,10 +379,9 @@ def wgmma_8bit(a, b, c, options) -> None:
 
 
 @pytest.mark.parametrize("options", WGMMA_TUNINGS, ids=lambda o: " ".join(o) or "plain")
-def test_igemm_wgmma_on_hopper(options):
+def test_igemm_wgmma_on_hopper(options, hopper):
     """hgemm_5_wgmma_tma with -DIGEMM_S8 (wgmma s8 -> s32, TMA; sm_90a only), bit-exact, on an sm_90 GPU
     under `make gpu-test`."""
-    hopper_only()
     for M, N, K in WGMMA_SHAPES:
         a, b = rand_int8(M, K), rand_int8(N, K)
         c = out_buf(M * N, np.int32, np.iinfo(np.int32).min)
@@ -397,11 +391,10 @@ def test_igemm_wgmma_on_hopper(options):
 
 
 @pytest.mark.parametrize("options", WGMMA_TUNINGS[::2], ids=lambda o: " ".join(o) or "plain")
-def test_fp8_wgmma_on_hopper(options):
+def test_fp8_wgmma_on_hopper(options, hopper):
     """The -DFP8_E4M3 build (wgmma e4m3 -> fp32) against float64 products of the same fp8 values, NaN-poisoned
     output. The fp8 Tensor Cores sum with fewer bits than fp32, hence the tolerance; a wrong layout is off by
     O(1)."""
-    hopper_only()
     torch = pytest.importorskip("torch")
     for M, N, K in WGMMA_SHAPES:
         a, b = (torch.randn(n, K, device="cuda").to(torch.float8_e4m3fn) for n in (M, N))
