@@ -15,7 +15,7 @@
 from . import grade
 from .backend import backend as backend_name
 from .backend import on_gpu, require_gpu, size, sync, to_numpy
-from .bench import Pair, Timing, bench, bench_pair, flush_l2, sweep
+from .bench import Pair, Timing, bench, bench_pair, flush_l2, measurable, sweep
 from .ceilings import DATASHEET, ceilings, datasheet
 from .check import check, compare, poisoned, randn
 from .counters import Counters, counters
@@ -32,7 +32,7 @@ __all__ = [
     "require_gpu", "setup", "show", "size", "span", "sweep", "sync", "to_numpy",
 ]
 __all__ += ["Counters", "KernelTimeout", "counters"]  # emulator checks (issue 7)
-__all__ += ["Pair", "bench_pair"]  # a kernel timed in turn with its baseline
+__all__ += ["Pair", "bench_pair", "measurable"]  # a kernel timed in turn with its baseline; noise-aware verdicts
 
 
 def __getattr__(name: str):

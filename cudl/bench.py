@@ -201,11 +201,40 @@ class Pair:
         """The baseline's time over fn's: >1 when fn is faster; 100 * ratio is fn's % of the baseline."""
         return self.baseline.ms / self.timing.ms
 
+    @property
+    def round_ratios(self) -> list[float]:
+        """The ratio (baseline time / fn time) of each round."""
+        return [b / m for b, m in zip(self.baseline_rounds_ms, self.rounds_ms)]
+
+    def sign(self) -> int:
+        """+1 if fn is measurably faster than the baseline, -1 if measurably slower, 0 for no measurable
+        difference: see `measurable`."""
+        return measurable(self.timing, self.baseline, self.round_ratios)
+
     def __str__(self) -> str:
         return (f"{self.timing.name}: {self.timing.ms:.4g} ms, {self.baseline.name}: {self.baseline.ms:.4g} ms "
                 f"({100 * self.ratio:.1f}% of {self.baseline.name}, medians of {len(self.rounds_ms)} rounds)")
 
     __repr__ = __str__
+
+
+def measurable(t: Timing, baseline: Timing, round_ratios: Sequence[float] = ()) -> int:
+    """+1 if `t` is measurably faster than `baseline`, -1 if measurably slower, 0 if not measurably different.
+
+    A difference counts when the ratio of the medians lies outside the run's own noise, taken as the larger
+    half interquartile range of the two timings' runs (relative to the median), and, for bench_pair's
+    alternating rounds, when every round's ratio lies on the same side of 1. A verdict sentence ("faster",
+    "pays", "meets") is then computed from this sign, never written for one outcome.
+    """
+    ratio = baseline.ms / t.ms
+    noise = max(t.spread, baseline.spread) / 2
+    if round_ratios and not (all(r > 1 for r in round_ratios) or all(r < 1 for r in round_ratios)):
+        return 0
+    if ratio > 1 + noise:
+        return 1
+    if ratio < 1 / (1 + noise):
+        return -1
+    return 0
 
 
 def _pooled(name: str, round_ms: list[float], rounds: list[Timing]) -> Timing:

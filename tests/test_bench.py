@@ -83,3 +83,22 @@ def test_bench_pair_is_exported_and_needs_a_gpu():
         pytest.skip("the CPU's message only")
     with pytest.raises(cudl.GpuOnly):
         bench_pair(lambda: None, lambda: None)
+
+
+def test_measurable_uses_the_runs_noise_and_the_rounds():
+    from cudl.bench import Pair, Timing, measurable
+
+    def timing(ms, q1, q3):
+        return Timing("t", ms, q1, q3, 10)
+
+    # 4% faster, runs spread +-1% (IQR 2%): measurable
+    assert measurable(timing(1.0, 0.99, 1.01), timing(1.04, 1.03, 1.05)) == 1
+    assert measurable(timing(1.04, 1.03, 1.05), timing(1.0, 0.99, 1.01)) == -1
+    # 4% faster, but the runs spread +-5%: inside the noise
+    assert measurable(timing(1.0, 0.95, 1.05), timing(1.04, 0.99, 1.09)) == 0
+    # tight runs, but the rounds disagree on the side: no measurable difference
+    pair = Pair(timing(1.0, 0.999, 1.001), timing(1.04, 1.039, 1.041), [1.0, 1.0, 1.0], [1.06, 1.05, 0.98])
+    assert pair.round_ratios[2] < 1 < pair.round_ratios[0]
+    assert pair.sign() == 0
+    pair.baseline_rounds_ms = [1.06, 1.05, 1.03]
+    assert pair.sign() == 1
