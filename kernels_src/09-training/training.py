@@ -664,3 +664,26 @@ def torch_step(
         return train(twin, x, y)
 
     return torch_graph(graphed_step, twin, opt, reset=counter.zero_, warmup=warmup)
+
+
+def launches_per_step(step: Callable[[], Any], n: int = 10) -> tuple[float, float]:
+    """(kernel launches, CUDA-graph launches) per call of `step`, counted from the CUDA
+    runtime and driver calls that torch.profiler records over n calls (after 3 warm-ups).
+    A step whose work is all in one graph shows (0, 1); launches the CPU still issues one
+    by one show up in the first number."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    for _ in range(3):
+        step()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
+                 acc_events=True) as prof:
+        for _ in range(n):
+            step()
+        torch.cuda.synchronize()
+    kernels = {"cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel",
+               "cuLaunchKernelEx"}
+    graphs = {"cudaGraphLaunch", "cuGraphLaunch"}
+    names = [e.name for e in prof.events()]
+    return (sum(x in kernels for x in names) / n, sum(x in graphs for x in names) / n)
