@@ -397,6 +397,69 @@ if torch is not None:
                 logits = model(tok, caches, P + s)[:, -1]
         return torch.cat(out, 1)
 
+    class StaticDecoder:
+        """PyTorch's fast decode, as gpt-fast does it: a greedy step of `model` with a
+        static KV cache (max_len positions, attention over all of them with a mask), the
+        token and the position in device tensors, so that the whole step is one CUDA graph
+        (torch.cuda.graph). compile=True runs torch.compile on the step first (Inductor
+        fuses the elementwise work) and graphs the compiled step. start(prompt) runs the
+        prompt eagerly into the cache; replay() makes one token per sequence into
+        `tok`."""
+
+        def __init__(
+            self, model: TorchGPT, batch: int, max_len: int, compile: bool = False
+        ):
+            p = next(model.parameters())
+            self.model = model
+            self.caches = model.new_caches(batch, max_len)
+            self.tok = torch.zeros(batch, 1, dtype=torch.long, device=p.device)
+            self.pos = torch.zeros(1, dtype=torch.long, device=p.device)
+            self.keys = torch.arange(max_len, device=p.device)
+            self._step = (
+                torch.compile(self.step, fullgraph=True) if compile else self.step
+            )
+            self.graph = None
+
+        def step(self) -> None:
+            m, B = self.model, self.tok.shape[0]
+            H, hd = m.cfg.n_head, m.cfg.head_dim
+            mask = (self.keys <= self.pos).view(1, 1, 1, -1)  # keys written so far
+            x = m.embed(self.tok)
+            for blk, (kc, vc) in zip(m.blocks, self.caches):
+                qkv = blk.qkv(blk.norm1(x)).view(B, 1, 3, H, hd).permute(2, 0, 3, 1, 4)
+                q, k = rope_torch(qkv[0], self.pos), rope_torch(qkv[1], self.pos)
+                kc.index_copy_(2, self.pos, k)
+                vc.index_copy_(2, self.pos, qkv[2])
+                att = F.scaled_dot_product_attention(q, kc, vc, attn_mask=mask)
+                x = x + blk.proj(att.transpose(1, 2).reshape(B, 1, -1))
+                x = x + blk.down(F.gelu(blk.up(blk.norm2(x)), approximate="tanh"))
+            logits = m.head(m.norm_f(x))[:, -1]
+            self.tok.copy_(logits.argmax(-1, keepdim=True))
+            self.pos.add_(1)
+
+        @torch.inference_mode()
+        def start(self, prompt: Any) -> None:
+            logits = self.model(prompt, self.caches, 0)[:, -1]
+            self.tok.copy_(logits.argmax(-1, keepdim=True))
+            self.pos.fill_(prompt.shape[1])
+
+        @torch.inference_mode()
+        def capture(self) -> None:
+            """Warm up on a side stream (compilation, cuBLAS handles), then record one
+            step; the warm-up's writes lie past the position that start() sets next."""
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                for _ in range(3):
+                    self._step()
+            torch.cuda.current_stream().wait_stream(side)
+            self.graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(self.graph):
+                self._step()
+
+        def replay(self) -> None:
+            self.graph.replay()
+
 
 # ---------------------------------------------------------------- the book's kernels
 
@@ -889,6 +952,28 @@ def time_torch_decode(
         torch.inference_mode(),
         contextlib.nullcontext() if cudnn else sdpa_kernel(backends),
     ):
+        t = cudl.bench(run, setup=setup, flush=False, warmup_ms=0, rep_ms=0, min_runs=3,
+                       name=name)
+    return per_step(t, steps, name, nbytes)
+
+
+def time_torch_static_decode(
+    dec: Any, prompt: Any, steps: int, name: str = "PyTorch static cache, CUDA graph",
+    nbytes: float | None = None,
+) -> Any:
+    """A Timing of one decode step of a captured StaticDecoder `dec`: the untimed setup
+    runs the prompt, then `steps` replays of the graph are timed (as time_book_decode
+    does)."""
+    import cudl
+
+    def setup() -> None:
+        dec.start(prompt)
+
+    def run() -> None:
+        for _ in range(steps):
+            dec.replay()
+
+    with torch.inference_mode():
         t = cudl.bench(run, setup=setup, flush=False, warmup_ms=0, rep_ms=0, min_runs=3,
                        name=name)
     return per_step(t, steps, name, nbytes)
