@@ -395,3 +395,52 @@ def test_record_shows_one_line_in_a_notebook(gpu, tmp_path):
     for shown in (repr(entry), pretty(entry)):
         assert shown == "recorded 09-training: AdamW, 0.185 ms (85% of 1:1 copy)", shown
 
+
+# --- the stored records: benchmarks/*.json ----------------------------------------------------------------
+
+STORED = [(f"{p.name}[{i}] {r.get('chapter')}: {r.get('kernel')}", r)
+          for p in sorted(RECORD.BENCH_DIR.glob("*.json")) for i, r in enumerate(json.loads(p.read_text()))]
+
+
+def record_problems(r: dict) -> list[str]:
+    """What is wrong with one stored record (the checks of issue 23)."""
+    problems = []
+    pct = r.get("pct_of_ceiling")
+    if pct is not None and pct > 100 and not r.get("note"):
+        problems.append(f"{pct:.1f}% of {r.get('ceiling')} and no note saying why")
+    if r.get("ratio") is not None and not (r.get("baseline") and r.get("baseline_kind") in RECORD.BASELINE_KINDS):
+        problems.append(f"a ratio against baseline {r.get('baseline')!r} of kind {r.get('baseline_kind')!r}")
+    if r.get("flops") and r.get("compute") not in CEIL.PRECISIONS:
+        problems.append(f"a FLOP rate and precision {r.get('compute')!r}")
+    if pct is not None:
+        rate = r.get("tflops") if r.get("ceiling_unit") == "TFLOP/s" else r.get("gbps")
+        if not (r.get("ceiling") and r.get("ceiling_value") and rate):
+            problems.append("a percentage without its ceiling's name and value")
+        elif abs(100 * rate / r["ceiling_value"] - pct) > 1e-6 * pct:
+            problems.append(f"{pct:.2f}% is not {rate:.4g} / {r['ceiling_value']:.4g}")
+        if r.get("ceiling_unit") == "TFLOP/s" and r.get("ceiling_key") != r.get("compute"):
+            problems.append(f"a {r.get('compute')} rate against the {r.get('ceiling_key')} ceiling")
+    elif (r.get("flops") or r.get("bytes")) and not r.get("note"):
+        problems.append("a rate without a percentage and no note saying why")
+    return problems
+
+
+def test_record_problems_bite():
+    good = {"pct_of_ceiling": 50.0, "ceiling": "cuBLAS fp16 GEMM", "ceiling_value": 700.0, "ceiling_unit": "TFLOP/s",
+            "ceiling_key": "fp16", "tflops": 350.0, "flops": 1e12, "compute": "fp16", "ratio": 1.1,
+            "baseline": "SDPA", "baseline_kind": "library"}
+    assert record_problems(good) == []
+    bad = {"compute": None, "pct_of_ceiling": 1042.0, "ceiling_key": "fp32", "ceiling_value": 33.6,
+           "baseline_kind": None}
+    for change, words in ((dict(pct_of_ceiling=101.0, ceiling_value=350 / 1.01), "no note"),
+                          (dict(baseline_kind=None), "a ratio"), (dict(baseline=None), "a ratio"),
+                          (dict(compute=None), "precision None"), (bad, "precision None"),
+                          (dict(ceiling_key="fp32"), "against the fp32 ceiling"), (dict(ceiling_value=None), "value"),
+                          (dict(pct_of_ceiling=40.0), "is not"), (dict(pct_of_ceiling=None), "no note")):
+        assert any(words in p for p in record_problems({**good, **change})), (change, words)
+
+
+@pytest.mark.parametrize("where,r", STORED or [pytest.param("", {}, marks=pytest.mark.skip("no records"))],
+                         ids=[w for w, _ in STORED] or None)
+def test_stored_record(where: str, r: dict):
+    assert not record_problems(r), f"{where}: " + "; ".join(record_problems(r))
