@@ -6,7 +6,9 @@
     k = cudl.load("01-first-kernel/vector_add.cu", "vector_add")
     k(grid, block, (x, y, out, n))                 # launched like a CuPy RawKernel
     cudl.check(out, ref)                           # relative error vs a float64 reference
-    t = cudl.bench(lambda: k(...), bytes=3 * 4 * n) # CUDA events, L2 flush, median
+    t = cudl.bench(lambda: k(...), bytes=3 * 4 * n) # CUDA events, L2 flush, median; % of a 1:1 copy
+    t = cudl.bench(f, bytes=(8 * n, 4 * n))        # (read, written): % of the stream with that traffic
+    t = cudl.bench(f, flops=2 * n**3, compute="fp16")  # % of the fp16 GEMM ceiling (no precision: no %)
     p = cudl.bench_pair(run, torch_call, flops=f)  # the two timed in turn, 3 rounds; p.ratio
     cudl.record(t, chapter="01-first-kernel", shape=n, dtype="float32", baseline=t_torch)
     cudl.ncu(snippet, kernel="vector_add")         # Nsight Compute metrics of one launch, as a table

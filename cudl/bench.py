@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .backend import require_gpu
+from .ceilings import PRECISIONS, TRAFFIC, Ceiling
 
 # Bytes written between runs so that no input is still in L2 (H100: 50 MB, H200: 60 MB, RTX 4090: 72 MB).
 FLUSH_BYTES = 256 * 1024 * 1024
@@ -15,7 +16,12 @@ FLUSH_BYTES = 256 * 1024 * 1024
 
 @dataclass
 class Timing:
-    """The result of one benchmark: median time and the rates that follow from the bytes and flops given."""
+    """The result of one benchmark: median time and the rates that follow from the bytes and flops given.
+
+    `compute` is the precision of `flops` (fp32, tf32, fp16, bf16, fp8, int8): without it a timing has no
+    percentage of a FLOP ceiling (never a silent fp32). `traffic` says which bandwidth ceiling `bytes`
+    is compared with: "copy" (1:1, the default), "read" (read-only), or (bytes read, bytes written).
+    """
 
     name: str
     ms: float  # median over runs
@@ -24,8 +30,9 @@ class Timing:
     runs: int
     bytes: float | None = None
     flops: float | None = None
-    compute: str = "fp32"  # which measured GEMM rate `flops` is compared with
+    compute: str | None = None
     times_ms: list[float] = field(default_factory=list, repr=False)
+    traffic: str | tuple[float, float] | None = None
 
     @property
     def gbps(self) -> float | None:
@@ -40,19 +47,30 @@ class Timing:
         """Interquartile range relative to the median."""
         return (self.q3_ms - self.q1_ms) / self.ms if self.ms else 0.0
 
-    def pct_of_ceiling(self) -> tuple[float, str] | None:
-        """(percent, which ceiling): bandwidth vs measured copy, else flops vs measured cuBLAS."""
+    def ceiling(self, compute: str | None = None) -> tuple[float, Ceiling] | None:
+        """(percent, Ceiling) of the ceiling that bounds this timing, on a GPU; None without one.
+
+        Bytes are compared with the bandwidth ceiling of their traffic, flops with the GEMM ceiling of
+        their precision (`compute`, else the timing's own), and where both are known the larger
+        percentage wins: that is the roofline (the kernel is bound by whichever it is closer to).
+        """
         from .backend import on_gpu
-        from .ceilings import ceilings
+        from .ceilings import compute_ceiling, memory_ceiling
 
         if not on_gpu():
             return None
-        c = ceilings()
-        if self.gbps is not None:
-            return 100 * self.gbps / c["copy_gbps"], "measured copy bandwidth"
-        if self.tflops is not None and c["gemm_tflops"].get(self.compute):
-            return 100 * self.tflops / c["gemm_tflops"][self.compute], f"cuBLAS {self.compute}"
-        return None
+        found = []
+        if self.gbps is not None and (c := memory_ceiling(self.traffic or "copy")):
+            found.append((100 * self.gbps / c.value, c))
+        precision = compute or self.compute
+        if self.tflops is not None and precision and (c := compute_ceiling(precision, self.tflops, self.name)):
+            found.append((100 * self.tflops / c.value, c))
+        return max(found, key=lambda f: f[0]) if found else None
+
+    def pct_of_ceiling(self, compute: str | None = None) -> tuple[float, str] | None:
+        """(percent, name of the ceiling): `ceiling()` in short."""
+        found = self.ceiling(compute)
+        return (found[0], found[1].name) if found else None
 
     def speedup_over(self, other: Timing) -> float:
         """How many times faster this is than `other` (>1: faster)."""
@@ -63,13 +81,37 @@ class Timing:
         if self.gbps is not None:
             s += f", {self.gbps:,.0f} GB/s"
         if self.tflops is not None:
-            s += f", {self.tflops:.2f} TFLOP/s"
+            s += f", {self.tflops:.2f} TFLOP/s" + (f" {self.compute}" if self.compute else "")
         pct = self.pct_of_ceiling()
         if pct:
             s += f" = {pct[0]:.0f}% of {pct[1]}"
         return s
 
     __repr__ = __str__
+
+
+def traffic_of(bytes: float | tuple[float, float] | None,  # noqa: A002 (the keyword of cudl.bench)
+               traffic: str | None = None) -> tuple[float | None, str | tuple[float, float] | None]:
+    """(total bytes, traffic) from bench's `bytes` (a number or (read, written)) and `traffic` arguments."""
+    if isinstance(bytes, (tuple, list)):
+        if traffic is not None:
+            raise ValueError("say the traffic once: bytes=(read, written) or traffic=, not both")
+        read, written = (float(b) for b in bytes)
+        if read < 0 or written < 0 or read + written <= 0:
+            raise ValueError(f"bytes={bytes!r}: (bytes read, bytes written), not negative, not both zero")
+        return read + written, "read" if written == 0 else "copy" if read == written else (read, written)
+    if traffic is not None and traffic not in TRAFFIC:
+        raise ValueError(f"traffic={traffic!r}: use one of {TRAFFIC}, or bytes=(read, written)")
+    if bytes is None:
+        if traffic is not None:
+            raise ValueError("traffic= needs bytes=")
+        return None, None
+    return bytes, traffic or "copy"
+
+
+def check_precision(compute: str | None) -> None:
+    if compute is not None and compute not in PRECISIONS:
+        raise ValueError(f"compute={compute!r}: use one of {', '.join(PRECISIONS)}")
 
 
 _flush_buffer: Any = None
@@ -126,16 +168,21 @@ def flush_l2() -> None:
     kernel((4 * sms,), (512,), (_flush_buffer, cupy.int64(FLUSH_BYTES // 16), sink))
 
 
-def bench(fn: Callable[[], Any], *, bytes: float | None = None, flops: float | None = None,
-          name: str = "", compute: str = "fp32", warmup_ms: float = 25.0, rep_ms: float = 100.0,
-          min_runs: int = 10, max_runs: int = 1000, flush: bool = True,
-          setup: Callable[[], Any] | None = None) -> Timing:
+def bench(fn: Callable[[], Any], *, bytes: float | tuple[float, float] | None = None,  # noqa: A002
+          flops: float | None = None, name: str = "", compute: str | None = None, traffic: str | None = None,
+          warmup_ms: float = 25.0, rep_ms: float = 100.0, min_runs: int = 10, max_runs: int = 1000,
+          flush: bool = True, setup: Callable[[], Any] | None = None) -> Timing:
     """Time `fn` (which launches GPU work) with CUDA events; report the median of many runs.
 
-    `bytes`: the fewest bytes the work must move (reads + writes), for GB/s; `flops` for TFLOP/s.
+    `bytes`: the fewest bytes the work must move, for GB/s: a number (compared with a 1:1 copy, or with
+    a read-only stream if `traffic="read"`) or (bytes read, bytes written). `flops` for TFLOP/s, and
+    `compute` their precision (fp32, tf32, fp16, bf16, fp8, int8): without it the timing shows no
+    percentage of a FLOP ceiling; cudl.record then takes the precision from its dtype.
     `setup`, if given, runs before every call of `fn`, untimed, and is waited for (it restores
     the state that `fn` changes, e.g. a KV cache that a decode loop fills).
     """
+    check_precision(compute)
+    total_bytes, traffic = traffic_of(bytes, traffic)
     require_gpu("cudl.bench")
     import cupy
 
@@ -184,7 +231,7 @@ def bench(fn: Callable[[], Any], *, bytes: float | None = None, flops: float | N
     times = [cupy.cuda.get_elapsed_time(s, e) for s, e in zip(starts, ends)]
     q = statistics.quantiles(times, n=4)
     return Timing(name or getattr(fn, "__name__", "kernel"), statistics.median(times), q[0], q[2], runs,
-                  bytes, flops, compute, times)
+                  total_bytes, flops, compute, times, traffic)
 
 
 @dataclass
@@ -242,7 +289,7 @@ def _pooled(name: str, round_ms: list[float], rounds: list[Timing]) -> Timing:
     q = statistics.quantiles(times, n=4) if len(times) > 1 else [round_ms[0]] * 3
     first = rounds[0]
     return Timing(name, statistics.median(round_ms), q[0], q[2], sum(t.runs for t in rounds), first.bytes,
-                  first.flops, first.compute, times)
+                  first.flops, first.compute, times, first.traffic)
 
 
 def bench_pair(fn: Callable[[], Any], baseline: Callable[[], Any], *, rounds: int = 3, name: str = "",

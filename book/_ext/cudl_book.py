@@ -9,12 +9,17 @@
 * Each script of a page once: under Jupyter Book 1, inline scripts of some extensions (sphinx-thebe,
   sphinx-togglebutton) reach the page twice (once with filename None, once with ""), and
   sphinx-thebe's second `const THEBE_JS_URL` is a JavaScript error on every page.
+* Figures keep their shape on a phone: myst-nb gives every stored PNG a width and a height (half its
+  pixels, for HiDPI); the theme narrows a wide image to the screen, but the fixed height stayed, so on a
+  390 px phone a 756 x 488 figure was drawn 358 x 488, squeezed to half its width. Only the width is kept
+  (the height follows it).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from docutils import nodes
 from sphinx.application import Sphinx
 
 LAUNCHABLE = ("chapters/", "exercises/")
@@ -53,8 +58,15 @@ def _scripts_once(app: Sphinx, pagename: str, templatename: str, context: dict[s
     context["script_files"] = unique
 
 
+def _images_keep_their_aspect(app: Sphinx, doctree: nodes.document, docname: str) -> None:
+    for image in doctree.findall(nodes.image):
+        if "width" in image and "height" in image:
+            del image["height"]
+
+
 def setup(app: Sphinx) -> dict[str, Any]:
     app.connect("source-read", _substitute)
+    app.connect("doctree-resolved", _images_keep_their_aspect)
     # sphinx-book-theme adds its launch buttons at priority 501; this runs after it.
     app.connect("html-page-context", _launch_buttons_only_on_notebooks, priority=502)
     app.connect("html-page-context", _scripts_once, priority=900)
