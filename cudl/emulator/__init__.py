@@ -754,7 +754,10 @@ class Module:
 
 # -fsanitize=bounds: an index past a dimension of an array whose size the compiler knows (a static __shared__
 # tile, a local array) is reported (handler in runtime.cpp), before it lands in a neighbouring variable.
-CHECK_FLAGS = ["-fsanitize=thread", "-fsanitize=bounds", "--param=tsan-instrument-func-entry-exit=0", "-g1"]
+# -fno-tree-sra: a float2 / float4 / struct copy stays one 8- or 16-byte access, as a GPU's ld.v2 / ld.v4 (split
+# into its fields, a warp's float2 loads would count as two strided 4-byte requests, each a 2-way conflict).
+CHECK_FLAGS = ["-fsanitize=thread", "-fsanitize=bounds", "-fno-tree-sra", "--param=tsan-instrument-func-entry-exit=0",
+               "-g1"]
 RACES, COUNTERS = 1, 2
 _FORCED_MODE = 0  # bits set by cudl.counters while it launches
 _KEEP: list[Any] = []  # the ctypes structures the runtime points at during a launch
@@ -1032,10 +1035,10 @@ def _uninit_message(mod: Module, L: _Launch, name: str, params: list[Param], arg
             f"before reading it) (initcheck of the CPU emulator's race check), in {name} ({mod.shown})")
 
 
-def _subscripts(line: str, close: int) -> tuple[str, str, str]:
-    """(array name, `name[..][..]` text, "read" or "write") of the subscript whose `]` is at `close` in a line of
-    source: back over the `[...]` groups to the name, forward over the rest, then what follows (an assignment:
-    a write)."""
+def _subscripts(line: str, col: int) -> tuple[str, str, str]:
+    """(array name, `name[..][..]` text, "read" or "write") of the subscript whose `[` or `]` is at `col` in a
+    line of source (g++ names either): back over the `[...]` groups to the name, forward over the rest, then
+    what follows (an assignment: a write)."""
     def match(i: int, step: int) -> int:  # index of the bracket that pairs with the one at i
         depth = 0
         while 0 <= i < len(line):
@@ -1045,6 +1048,7 @@ def _subscripts(line: str, close: int) -> tuple[str, str, str]:
             i += step
         return -1
 
+    close = match(col, 1) if 0 <= col < len(line) and line[col] == "[" else col
     start = close
     while 0 <= start < len(line) and line[start] == "]":
         start = match(start, -1) - 1

@@ -996,8 +996,9 @@ static void ck_check_race(Worker* w, Region* r, uintptr_t a, size_t size, const 
 }
 
 // Initcheck (with the race check): a read of shared memory that no thread of the block wrote since the block
-// started (shared memory is undefined at a block's start; the runtime fills it with 0xff bytes). Judged per
-// 4-byte word of the access, so that a struct's padding bytes next to written members do not count.
+// started (shared memory is undefined at a block's start; the runtime fills it with 0xff bytes). An access is
+// uninitialized when none of its bytes was written: a struct copy reads padding bytes that nobody writes, so a
+// float4 of which some floats were set passes too.
 static void ck_uninit(Worker* w, Region* r, size_t cell, const Acc& me, uintptr_t addr) {
     cudl_checks* C = g_ck;
     C->race = 2;
@@ -1015,12 +1016,9 @@ static void ck_uninit(Worker* w, Region* r, size_t cell, const Acc& me, uintptr_
 static void ck_check_init(Worker* w, Region* r, uintptr_t a, size_t size, const Acc& me) {
     const uint32_t mark = me.blk + 1;
     const uintptr_t end = a + size < r->hi ? a + size : r->hi;
-    for (uintptr_t word = a & ~(uintptr_t)3; word < end; word += 4) {
-        const uintptr_t lo = word > a ? word : a, hi = word + 4 < end ? word + 4 : end;
-        bool written = false;
-        for (uintptr_t b = lo; b < hi && !written; b++) written = r->shadow[(b - r->lo) / r->gran].init == mark;
-        if (!written) ck_uninit(w, r, (lo - r->lo) / r->gran, me, lo);
-    }
+    for (uintptr_t b = a; b < end; b++)
+        if (r->shadow[(b - r->lo) / r->gran].init == mark) return;
+    ck_uninit(w, r, (a - r->lo) / r->gran, me, a);
 }
 // Memory written by a warp-wide operation the race check does not follow (wmma::store_matrix_sync): initialized.
 EXPORT void __cudl_ck_init(const volatile void* p, size_t n) {

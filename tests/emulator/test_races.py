@@ -261,3 +261,33 @@ def test_book_reduction_kernels_raise_no_alarm():
                            "tests/kernels/test_04_reductions.py"], cwd=root, env=env, capture_output=True,
                           text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:]
+
+
+SECOND_READER = r"""
+extern "C" __global__ void write_after_two_reads(float* out) {
+    __shared__ float s[1];
+    if (threadIdx.x == 0) s[0] = 1.0f;
+    __syncthreads();
+    float v = 0.0f;
+    if (threadIdx.x == 0 || threadIdx.x == 32) v = s[0];   // two readers since the write: thread 0, then 32
+    __syncwarp();                                           // thread 0 waits for its warp; warp 1 runs meanwhile
+    if (threadIdx.x == 0) s[0] = v + 1.0f;                  // races with thread 32's read (not with its own)
+    __syncthreads();
+    out[threadIdx.x] = v;
+}
+"""
+
+
+def test_race_with_the_second_reader_is_reported(racecheck):
+    """A cell keeps two reads since its last write: here the first is the writer's own (no race), so only a
+    check of the second reader finds the race; a check that looked at one reader would pass this kernel."""
+    k = cudl.load(SECOND_READER, "write_after_two_reads")
+    with pytest.raises(cudl.KernelFault) as exc:
+        k(1, 64, (np.zeros(64, np.float32),))
+    lines = SECOND_READER.split("\n")
+    read = next(i + 1 for i, ln in enumerate(lines) if "two readers" in ln)
+    write = next(i + 1 for i, ln in enumerate(lines) if "races with thread 32" in ln)
+    assert str(exc.value).startswith(
+        f"data race on s[0] (shared memory): read by thread (32,0,0) of block (0,0,0) at <kernel source>:{read}, then "
+        f"write by thread (0,0,0) of block (0,0,0) at <kernel source>:{write}; no __syncthreads() between the two "
+        "accesses"), exc.value
