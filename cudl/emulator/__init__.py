@@ -681,9 +681,12 @@ class Module:
             return _uninit_message(self, L, name, params, args)
         if L.status == 10:
             what, line, align = L.msg.decode(errors="replace").split("\t")
-            place = self._place(L, params, args, guards)
-            return (f"misaligned address: {what} at {line} by {who}: {place or hex(L.addr)} is not {align}-byte "
-                    f"aligned (a GPU stops the kernel with \"misaligned address\") {where}")
+            place = self._place(L, params, args, guards) or hex(L.addr)
+            if line == "its launch":  # a pointer argument to a scalar type, checked when a block starts
+                return (f"misaligned address: {what}, {place}, is not {align}-byte aligned (a GPU stops the kernel "
+                        f"with \"misaligned address\" at its first access) {where}")
+            return (f"misaligned address: {what} at {line} by {who}: {place} is not {align}-byte aligned (a GPU "
+                    f"stops the kernel with \"misaligned address\") {where}")
         if L.status == 12:
             return _bounds_message(self, L, who, where)
         if L.status == 3:

@@ -781,7 +781,8 @@ EXPORT void __cudl_rt_misaligned(const void* p, const char* what, unsigned align
                                  int line) {
     Worker* w = t_w;
     char buf[600];
-    snprintf(buf, sizeof buf, "%s\t%s:%d\t%u", what, file, line, align);
+    if (line > 0) snprintf(buf, sizeof buf, "%s\t%s:%d\t%u", what, file, line, align);
+    else snprintf(buf, sizeof buf, "%s\t%s\t%u", what, file, align);  // "its launch": an argument
     if (!w || !w->in_kernel) { fprintf(stderr, "misaligned address: %s\n", buf); abort(); }
     stop_kernel(w, 10, buf, p, is_write);
 }

@@ -87,6 +87,16 @@ def test_float4_at_an_aligned_offset_runs(offset):
     np.testing.assert_array_equal(acc, want)
 
 
+def test_exercise_14_1_grader_refuses_the_kernel_without_its_head():
+    """The grader's cases include slices at offsets 1, 3 and 5: without the head loop the float4 body starts
+    misaligned, which a GPU refuses; the grader (race-check build) now does too, naming the line."""
+    src = RING.replace("ring_no_head", "ring_reduce_step")
+    verdict = cudl.grade.run("ring_reduce_step", src, quiet=True)
+    assert not verdict, verdict.line
+    assert (f"misaligned address: read of float4 at <kernel source>:{line_of(RING, '// misaligned')} by thread "
+            "(0,0,0) of block (0,0,0): acc + ") in verdict.line, verdict.line
+
+
 def test_an_unaligned_view_stays_unaligned():
     """An argument that is a view 4 bytes past a 16-byte boundary keeps that offset in the emulator's copy (as a
     CuPy view does on a GPU), so float4 accesses from its start fault."""
@@ -95,6 +105,18 @@ def test_an_unaligned_view_stays_unaligned():
     assert acc.__array_interface__["data"][0] % 16 == base.__array_interface__["data"][0] % 16 + 4
     msg = _fault(RING, "ring_no_head", 1, 32, (acc, recv, 0, 40))
     assert "acc + 0 bytes (the address of acc[0]) is not 16-byte aligned" in msg, msg
+
+
+def test_misaligned_scalar_pointer_argument():
+    """A float* argument that is not 4-byte aligned (a view of bytes at an odd offset) faults on a GPU at its first
+    access; here when a block starts (scalar pointer arguments are checked once, then known to be aligned)."""
+    raw = np.zeros(4 * 65, np.uint8)
+    x = np.frombuffer(raw.data, np.float32, count=64, offset=2)  # 2 bytes past a float boundary
+    assert not x.flags.aligned
+    src = 'extern "C" __global__ void scale(const float* x, float* y) { y[threadIdx.x] = 2.0f * x[threadIdx.x]; }'
+    msg = _fault(src, "scale", 1, 64, (x, np.zeros(64, np.float32)))
+    assert msg.startswith("misaligned address: a float* argument, x + 0 bytes (the address of x[0]), is not 4-byte "
+                          "aligned"), msg
 
 
 VECTORS = r"""
@@ -321,6 +343,27 @@ def test_initcheck_reports_an_atomic_on_an_unset_total(racecheck):
     assert msg.startswith("read of uninitialized shared memory: total (shared memory), atomic operation (it reads "
                           f"the old value) by thread (0,0,0) of block (0,0,0) at <kernel source>:{line}, which no "
                           "thread of the block has written since the block started"), msg
+
+
+def test_block_sum_grader_says_uninitialized_shared_memory():
+    """A block_sum whose warps add into a __shared__ total that nobody set: refused as "uninitialized shared
+    memory" at the atomicAdd's line (it was "3 of 4 elements wrong" with a hint about shuffles)."""
+    src = r"""
+extern "C" __global__ void block_sum(const float* __restrict__ x, float* __restrict__ partials, int n) {
+    __shared__ float total;
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    float v = i < n ? x[i] : 0.0f;
+    for (int off = 16; off > 0; off /= 2) v += __shfl_down_sync(0xffffffff, v, off);
+    if (threadIdx.x % 32 == 0) atomicAdd(&total, v);
+    __syncthreads();
+    if (threadIdx.x == 0) partials[blockIdx.x] = total;
+}
+"""
+    verdict = cudl.grade.run("block_sum", src, quiet=True)
+    assert not verdict, verdict.line
+    assert ("read of uninitialized shared memory: total (shared memory), atomic operation (it reads the old value) "
+            f"by thread (0,0,0) of block (0,0,0) at <kernel source>:{line_of(src, 'atomicAdd')}") in verdict.line, \
+        verdict.line
 
 
 def test_initcheck_names_the_element_and_the_line(racecheck):

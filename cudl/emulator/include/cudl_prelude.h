@@ -14,6 +14,7 @@
 #include <float.h>
 #include <limits.h>
 #include <utility>
+#include <tuple>
 #include <type_traits>
 
 #define __CUDACC__ 1
@@ -397,12 +398,46 @@ static inline float atomicExch(float* p, float v) { return __cudl_atomic_f<float
 #include "cudl_ptx.h"
 
 // ------------------------------------------------------------------ entry points (used by generated code)
+// A pointer argument to a scalar type (float*, const __half*, int*, ...) is checked once per block for the
+// alignment of its type (a misaligned one faults at its first access on a GPU), then passed on as known to be
+// aligned: g++ then drops the per-access alignment checks of x[i] (-fsanitize=alignment), and keeps those of
+// wider accesses made through it (a float4 at x + off), which are the ones that can fail.
+template <class T> struct __cudl_scalar : std::integral_constant<bool, std::is_arithmetic<T>::value> {};
+template <> struct __cudl_scalar<__half> : std::true_type {};
+template <> struct __cudl_scalar<__nv_bfloat16> : std::true_type {};
+template <class T> static inline void __cudl_check_arg(const T&) {}
+template <class T> static inline void __cudl_check_arg(T* const& p) {
+    using U = std::remove_cv_t<T>;
+    if constexpr (__cudl_scalar<U>::value) {
+        if ((uintptr_t)p % alignof(U)) {
+            char type[100], what[160];
+            snprintf(what, sizeof what, "a %s* argument", __cudl_type_name<U>(type, sizeof type));
+            __cudl_rt_misaligned(p, what, alignof(U), 0, "its launch", 0);
+        }
+    }
+}
+template <class T> static inline T __cudl_arg(T v) { return v; }
+template <class T> static inline T* __cudl_arg(T* p) {
+    if constexpr (__cudl_scalar<std::remove_cv_t<T>>::value)
+        return (T*)__builtin_assume_aligned(p, alignof(std::remove_cv_t<T>));
+    else
+        return p;
+}
 template <class F> struct __cudl_sig;
 template <class... P> struct __cudl_sig<void (*)(P...)> {
-    template <void (*F)(P...), size_t... I> static inline void call(void** a, std::index_sequence<I...>) {
-        F(*reinterpret_cast<std::remove_cv_t<std::remove_reference_t<P>>*>(a[I])...);
+    // The arguments, copied once per block (a launch's arguments are the same for every thread): the plain loop
+    // then passes locals, which the compiler neither reloads nor checks for alignment thread after thread.
+    using Args = std::tuple<std::remove_cv_t<std::remove_reference_t<P>>...>;
+    template <size_t... I> static inline Args args(void** a, std::index_sequence<I...>) {
+        Args v(*reinterpret_cast<std::remove_cv_t<std::remove_reference_t<P>>*>(a[I])...);
+        (__cudl_check_arg(std::get<I>(v)), ...);
+        return v;
     }
-    template <void (*F)(P...)> static inline void call(void** a) { call<F>(a, std::index_sequence_for<P...>()); }
+    static inline Args args(void** a) { return args(a, std::index_sequence_for<P...>()); }
+    template <void (*F)(P...), size_t... I> static inline void call(Args& v, std::index_sequence<I...>) {
+        F(__cudl_arg(std::get<I>(v))...);
+    }
+    template <void (*F)(P...)> static inline void call(Args& v) { call<F>(v, std::index_sequence_for<P...>()); }
 };
 // info: blockIdx[3], blockDim[3], gridDim[3], threadIdx[3]
 static inline void __cudl_set_block(const unsigned* info) {
@@ -415,19 +450,21 @@ static inline void __cudl_set_block(const unsigned* info) {
 template <class S, S F> static inline void __cudl_run_block(void** a, const unsigned* info) {
     __cudl_set_block(info);
     const unsigned bx = info[3], by = info[4], bz = info[5];
+    typename __cudl_sig<S>::Args v = __cudl_sig<S>::args(a);
+    // threadIdx field by field: a uint3 built on the stack and copied as 8 + 4 bytes stalls on store forwarding
     if (!info[12]) {
         for (unsigned z = 0; z < bz; z++)
             for (unsigned y = 0; y < by; y++)
                 for (unsigned x = 0; x < bx; x++) {
-                    threadIdx = uint3{x, y, z};
-                    __cudl_sig<S>::template call<F>(a);
+                    threadIdx.x = x, threadIdx.y = y, threadIdx.z = z;
+                    __cudl_sig<S>::template call<F>(v);
                 }
     } else {
         for (unsigned z = bz; z-- > 0;)
             for (unsigned y = by; y-- > 0;)
                 for (unsigned x = bx; x-- > 0;) {
-                    threadIdx = uint3{x, y, z};
-                    __cudl_sig<S>::template call<F>(a);
+                    threadIdx.x = x, threadIdx.y = y, threadIdx.z = z;
+                    __cudl_sig<S>::template call<F>(v);
                 }
     }
 }
@@ -436,7 +473,8 @@ template <class S, S F> static inline void __cudl_run_thread(void** a, const uns
     __cudl_set_block(info);
     threadIdx = uint3{info[9], info[10], info[11]};
     __cudl_cp_reset();
-    __cudl_sig<S>::template call<F>(a);
+    typename __cudl_sig<S>::Args v = __cudl_sig<S>::args(a);
+    __cudl_sig<S>::template call<F>(v);
 }
 #define CUDL_ENTRY(I, ...) \
     extern "C" __attribute__((visibility("default"))) void __cudl_block_##I(void** a, const unsigned* info) { \
