@@ -412,14 +412,14 @@ template <class T> static inline void __cudl_check_arg(T* const& p) {
         if ((uintptr_t)p % alignof(U)) {
             char type[100], what[160];
             snprintf(what, sizeof what, "a %s* argument", __cudl_type_name<U>(type, sizeof type));
-            __cudl_rt_misaligned(p, what, alignof(U), 0, "its launch", 0);
+            __cudl_rt_misaligned((const void*)(uintptr_t)p, what, alignof(U), 0, "its launch", 0);
         }
     }
 }
 template <class T> static inline T __cudl_arg(T v) { return v; }
 template <class T> static inline T* __cudl_arg(T* p) {
     if constexpr (__cudl_scalar<std::remove_cv_t<T>>::value)
-        return (T*)__builtin_assume_aligned(p, alignof(std::remove_cv_t<T>));
+        return (T*)__builtin_assume_aligned((const void*)(uintptr_t)p, alignof(std::remove_cv_t<T>));
     else
         return p;
 }
