@@ -12,7 +12,10 @@
   thread as a fiber with its own stack ($CUDL_EMULATOR_STACK bytes, default 64 KiB); `__syncthreads()`
   and warp primitives are rendezvous points of the fiber scheduler.
 * Array arguments are copied into guarded buffers whose end touches a PROT_NONE page, so an access past
-  the end faults; the fault becomes KernelFault naming the argument, element, thread and block.
+  the end faults; the fault becomes KernelFault naming the argument, element, thread and block. Kernels are
+  compiled with -fsanitize=alignment (handlers in runtime.cpp): a misaligned access faults as on a GPU.
+  Shared memory is poisoned at every block start; CUDL_EMULATOR_RACECHECK=1 adds the race check, initcheck
+  and array bounds (README.md).
 """
 
 from __future__ import annotations
