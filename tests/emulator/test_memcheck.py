@@ -191,6 +191,32 @@ def test_ldg_and_cache_hint_forms_name_the_callers_line():
         assert msg.startswith("misaligned address: " + want), msg
 
 
+MEMBERS = r"""
+extern "C" __global__ void by_reference(const float* x, float* y, int off) {
+    const float4& v = reinterpret_cast<const float4*>(x + off)[0];
+    y[0] = v.x + v.y + v.z + v.w;                            // members of a misaligned float4
+}
+extern "C" __global__ void member_writes(float* x, int off) {
+    float4* p = reinterpret_cast<float4*>(x + off);
+    p->x = 1.0f;                                             // nvcc merges these into one 16-byte store
+    p->y = 2.0f;
+    p->z = 3.0f;
+    p->w = 4.0f;
+}
+"""
+
+
+@pytest.mark.parametrize("name,marker", [("by_reference", "// members of"), ("member_writes", "// nvcc merges")])
+def test_members_of_a_misaligned_float4(name, marker):
+    x = np.arange(32, dtype=np.float32)
+    args = (x, np.zeros(1, np.float32), 4) if name == "by_reference" else (x, 4)
+    cudl.load(MEMBERS, name)(1, 1, args)
+    bad = (x, np.zeros(1, np.float32), 1) if name == "by_reference" else (x, 1)
+    msg = _fault(MEMBERS, name, 1, 1, bad)
+    assert msg.startswith(f"misaligned address: access to a member of float4 at <kernel source>:"
+                          f"{line_of(MEMBERS, marker)} by thread (0,0,0) of block (0,0,0): x + 4 bytes"), msg
+
+
 SHARED_VEC = r"""
 extern "C" __global__ void shared_float4(const float* x, float* y, int off) {
     __shared__ __align__(16) float s[64];
