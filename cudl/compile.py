@@ -45,11 +45,24 @@ def resolve(file_or_source: str) -> tuple[str, str]:
 _LOCAL_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([^"\n]+)"', re.M)
 
 
+# The headers the CPU emulator provides for CUDA's own (cuda_fp16.h, mma.h, cooperative_groups/reduce.h, ...).
+_SHIM_DIR = Path(__file__).resolve().parent / "emulator" / "include"
+_EMULATOR_SHIMS = frozenset(p.relative_to(_SHIM_DIR).as_posix() for p in _SHIM_DIR.rglob("*")
+                            if p.is_file() and not p.name.startswith("cudl_"))
+
+
+def toolkit_header(name: str) -> bool:
+    """Whether `#include "name"` names a CUDA toolkit header (one the emulator provides, or one found in the
+    local toolkit's include folder): compilers find those on their include path, as NVRTC does."""
+    return name in _EMULATOR_SHIMS or any(Path(d, name).is_file() for d in cuda_include_dirs())
+
+
 def local_includes(source: str, shown: str, root: Path | None = None) -> list[tuple[str, Path]]:
     """The files a source pulls in with `#include "..."`, recursively, in first-seen order: (name, path).
 
     A quoted path is relative to kernels_src/ (`root`), or, inside a header, to that header's folder first,
-    as C compilers search; a missing one raises CompileError naming it and the line that wants it.
+    as C compilers search; then a CUDA toolkit header (`"cuda_fp16.h"`), which is not a local file and is
+    not listed; a missing one raises CompileError naming it and the line that wants it.
     """
     root = KERNELS_DIR if root is None else root
     found: dict[str, Path] = {}
@@ -60,6 +73,8 @@ def local_includes(source: str, shown: str, root: Path | None = None) -> list[tu
             want = m.group(1)
             cands = ([folder / want] if folder else []) + [root / want]
             path = next((c for c in cands if c.is_file()), None)
+            if path is None and toolkit_header(want):
+                continue  # NVRTC (-I toolkit), nvcc and the emulator's g++ (-I its shims) find it there
             if path is None:
                 line = text.count("\n", 0, m.start()) + 1
                 raise CompileError(f'{where}:{line}: #include "{want}": no file {want} under {root} (a quoted '

@@ -12,7 +12,10 @@
   thread as a fiber with its own stack ($CUDL_EMULATOR_STACK bytes, default 64 KiB); `__syncthreads()`
   and warp primitives are rendezvous points of the fiber scheduler.
 * Array arguments are copied into guarded buffers whose end touches a PROT_NONE page, so an access past
-  the end faults; the fault becomes KernelFault naming the argument, element, thread and block.
+  the end faults; the fault becomes KernelFault naming the argument, element, thread and block. Kernels are
+  compiled with -fsanitize=alignment (handlers in runtime.cpp): a misaligned access faults as on a GPU.
+  Shared memory is poisoned at every block start; CUDL_EMULATOR_RACECHECK=1 adds the race check, initcheck
+  and array bounds (README.md).
 """
 
 from __future__ import annotations
@@ -46,7 +49,11 @@ CXX = os.environ.get("CXX", "g++")
 BASE_FLAGS = ["-std=c++17", "-O2", "-shared", "-fPIC", "-pthread", "-w", "-fno-strict-aliasing", "-fwrapv",
               "-fno-math-errno", "-fno-exceptions", "-fno-rtti", "-fvisibility=hidden"]
 OPTIONAL_FLAGS = ["-fno-finite-loops",  # a spin loop must spin (and time out) as on a GPU, not be deleted
-                  "-fstack-clash-protection"]  # big stack frames touch every page: overflow hits the guard page
+                  "-fstack-clash-protection",  # big stack frames touch every page: overflow hits the guard page
+                  # kernels only: every access through a pointer is checked for the alignment of its type (a float4
+                  # at a float's address faults on a GPU); the handlers live in runtime.cpp, not in libubsan
+                  "-fsanitize=alignment"]
+SANITIZE = ("-fsanitize=",)  # flags of kernel libraries only (not of the runtime), compiled apart from the link
 
 # Features the emulator cannot run: (regex on the source without comments, what the message calls it).
 UNSUPPORTED = [
@@ -73,6 +80,8 @@ class _Launch(ctypes.Structure):
         ("interruptible", ctypes.c_int),
         ("status", ctypes.c_int), ("is_write", ctypes.c_int), ("addr", ctypes.c_ulonglong),
         ("tid", ctypes.c_uint * 3), ("bid", ctypes.c_uint * 3), ("msg", ctypes.c_char * 1024),
+        ("reverse", ctypes.c_int), ("nsmem", ctypes.c_int), ("smem", ctypes.POINTER(ctypes.c_longlong)),
+        ("tls_off", ctypes.c_longlong), ("ds_off", ctypes.c_longlong),
     ]
 
 
@@ -80,7 +89,8 @@ class _Launch(ctypes.Structure):
 
 @functools.lru_cache(maxsize=1)
 def cxxflags() -> tuple[str, ...]:
-    """BASE_FLAGS + the OPTIONAL_FLAGS this compiler accepts (older g++ and clang lack some), probed once."""
+    """BASE_FLAGS + the OPTIONAL_FLAGS this compiler accepts (older g++ and clang lack some), probed once
+    (compiled only: a sanitizer's library need not be installed, runtime.cpp has the handlers)."""
     key = hashlib.sha256((_compiler_id() + " ".join(OPTIONAL_FLAGS)).encode()).hexdigest()[:16]
     memo = cache_dir() / f"flags-{key}"
     if memo.is_file():
@@ -90,7 +100,7 @@ def cxxflags() -> tuple[str, ...]:
         src = Path(tmp) / "probe.cpp"
         src.write_text("int probe(int x) { return x + 1; }\n")
         for flag in OPTIONAL_FLAGS:
-            proc = subprocess.run([CXX, *BASE_FLAGS, "-Werror", flag, str(src), "-o", str(Path(tmp) / "p.so")],
+            proc = subprocess.run([CXX, *BASE_FLAGS, "-Werror", flag, "-c", str(src), "-o", str(Path(tmp) / "p.o")],
                                   capture_output=True)
             if proc.returncode == 0:
                 ok.append(flag)
@@ -131,13 +141,13 @@ def _pch_dir() -> list[str]:
     """
     if os.environ.get("CUDL_EMULATOR_PCH", "1") == "0":
         return []
-    key = hashlib.sha256((_compiler_id() + _prelude_hash() + " ".join(cxxflags())).encode()).hexdigest()[:32]
+    key = hashlib.sha256((_compiler_id() + _prelude_hash() + " ".join(kernel_flags())).encode()).hexdigest()[:32]
     d = cache_dir() / f"pch-{key}"
     if not (d / "cudl_prelude.h.gch").is_file():
         tmp = Path(tempfile.mkdtemp(prefix="pch-", dir=cache_dir()))
         tmp.chmod(0o755)
         (tmp / "cudl_prelude.h").write_bytes((INCLUDE / "cudl_prelude.h").read_bytes())
-        flags = [f for f in cxxflags() if f != "-shared"]
+        flags = [f for f in kernel_flags() if f != "-shared"]
         proc = subprocess.run([CXX, *flags, f"-I{INCLUDE}", "-x", "c++-header", str(tmp / "cudl_prelude.h"),
                                "-o", str(tmp / "cudl_prelude.h.gch")], capture_output=True, text=True)
         if proc.returncode != 0:
@@ -150,9 +160,16 @@ def _pch_dir() -> list[str]:
     return [f"-I{d}"]
 
 
+def kernel_flags() -> list[str]:
+    """Compiler flags of kernel libraries (the runtime has no sanitizer checks)."""
+    return list(cxxflags())
+
+
 def _build(cpp_text: str, key_extra: str, extra_flags: list[str], what: str) -> tuple[Path, str]:
-    """Compile C++ text to a cached shared library; return (path, "") or (path, compiler log) on failure."""
-    key = hashlib.sha256("\0".join([_compiler_id(), _prelude_hash(), " ".join(cxxflags()), key_extra,
+    """Compile C++ text to a cached shared library; return (path, "") or (path, compiler log) on failure.
+    Kernels (what == "kernel") get the sanitizer checks; they are linked apart, without the sanitizer's library."""
+    flags = kernel_flags() if what == "kernel" else [f for f in cxxflags() if not f.startswith(SANITIZE)]
+    key = hashlib.sha256("\0".join([_compiler_id(), _prelude_hash(), " ".join(flags), key_extra,
                                     " ".join(extra_flags), cpp_text]).encode()).hexdigest()[:32]
     out = cache_dir() / f"{what}-{key}.so"
     if out.is_file():
@@ -161,8 +178,16 @@ def _build(cpp_text: str, key_extra: str, extra_flags: list[str], what: str) -> 
         src = Path(tmp) / "kernel.cpp"
         src.write_text(cpp_text)
         so = Path(tmp) / "kernel.so"
-        proc = subprocess.run([CXX, *cxxflags(), *extra_flags, f"-I{INCLUDE}", str(src), "-o", str(so)],
-                              capture_output=True, text=True)
+        if any(f.startswith(SANITIZE) for f in flags):
+            obj = Path(tmp) / "kernel.o"
+            proc = subprocess.run([CXX, *[f for f in flags if f != "-shared"], *extra_flags, f"-I{INCLUDE}", "-c",
+                                   str(src), "-o", str(obj)], capture_output=True, text=True)
+            if proc.returncode == 0:
+                proc = subprocess.run([CXX, "-shared", "-fPIC", "-pthread", str(obj), "-o", str(so)],
+                                      capture_output=True, text=True)
+        else:
+            proc = subprocess.run([CXX, *flags, *extra_flags, f"-I{INCLUDE}", str(src), "-o", str(so)],
+                                  capture_output=True, text=True)
         if proc.returncode != 0:
             return out, proc.stderr
         fd, tmp_out = tempfile.mkstemp(dir=out.parent, prefix=out.name, suffix=".tmp")
@@ -265,7 +290,9 @@ def fiber_kernels(source: str, kernels: list[str]) -> set[str]:
     """Kernels that need fibers: their body, or a function/struct they name (transitively), uses a barrier,
     a warp primitive or WMMA. Conservative: a macro or a local #include that does puts every kernel on fibers."""
     text = strip_comments(source)
-    if any(NEEDS_FIBERS.search(line) for line in re.findall(r"^\s*#\s*(?:define|include)[^\n]*", text, re.M)):
+    directives = [ln for ln in re.findall(r"^\s*#\s*(?:define|include)[^\n]*", text, re.M)  # a toolkit header
+                  if not (m := re.match(r'\s*#\s*include\s*"([^"]+)"', ln)) or not cc.toolkit_header(m.group(1))]
+    if any(NEEDS_FIBERS.search(line) for line in directives):
         return set(kernels)
     units: list[tuple[set[str], str]] = []  # (names a top-level block defines, its text)
     depth, start, head_start = 0, 0, 0
@@ -437,11 +464,23 @@ def _compile_module(source: str, shown: str, options: tuple[str, ...], names: tu
     index = {k: i for i, k in enumerate(kernels)}
     index.update({k.split("::")[-1]: i for k, i in index.items() if "<" not in k})
     mod = Module(lib, rt, shown, index, fiber_kernels(source, list(kernels)), resources)
+    mod.path = path
     mod._check_inputs = (text_for(kernels), [*flags, *hflags], source)  # for the instrumented build ("checks" below)
     return mod
 
 
 # ---------------------------------------------------------------------------- launching
+
+def schedule() -> str:
+    """The order of a launch, from CUDL_EMULATOR_SCHEDULE (read at every launch): "forward" (the default), or
+    "reverse": blocks handed out last first, and the threads of a block run last first, so that atomics land
+    in another order (a sum made with atomicAdd of floats then differs in its last bits; a deterministic one
+    does not)."""
+    v = os.environ.get("CUDL_EMULATOR_SCHEDULE", "").strip().lower() or "forward"
+    if v not in ("forward", "reverse"):
+        raise ValueError(f"CUDL_EMULATOR_SCHEDULE={v!r}: choose forward or reverse")
+    return v
+
 
 def _workers() -> int:
     env = os.environ.get("CUDL_EMULATOR_THREADS", "").strip()
@@ -457,21 +496,24 @@ _PAGE = 4096  # replaced by the runtime's page size on first use
 
 
 class _Guarded:
-    """One guarded copy of a group of overlapping arrays (aliases share it)."""
+    """One guarded copy of a group of overlapping arrays (aliases share it). The copy starts at the same
+    address modulo 16 as the array (a view `x[1:]` of floats stays 4 bytes past a 16-byte boundary, as a CuPy
+    view on a GPU does), so that the alignment checks see the alignment the kernel would get."""
 
     def __init__(self, rt: ctypes.CDLL, lo: int, hi: int, arrays: list[np.ndarray]):
         self.rt, self.lo, self.hi, self.arrays = rt, lo, hi, arrays
-        n = hi - lo
+        n, skew = hi - lo, lo % 16
         base, length = ctypes.c_void_p(), ctypes.c_size_t()
-        self.data = rt.cudl_guarded_alloc(n, ctypes.byref(base), ctypes.byref(length))
-        if not self.data:
+        start = rt.cudl_guarded_alloc(skew + n, ctypes.byref(base), ctypes.byref(length))  # 16-byte aligned
+        if not start:
             raise MemoryError(f"the emulator cannot allocate a guarded buffer of {n} bytes")
+        self.data = start + skew
         self.base, self.length = base.value, length.value
-        self.padded = (n + 15) // 16 * 16
+        self.slack = (skew + n + 15) // 16 * 16 - skew - n  # bytes after the end, before the guard page
         self.front = (self.data - self.base) % _PAGE  # bytes of the first data page before the data
         ctypes.memmove(self.data, lo, n)
         # Canaries where an access does not fault: the alignment slack after the end, the page before the start.
-        ctypes.memset(self.data + n, 0xA5, self.padded - n)
+        ctypes.memset(self.data + n, 0xA5, self.slack)
         ctypes.memset(self.data - self.front, 0xA5, self.front)
 
     def refill(self) -> None:
@@ -483,7 +525,7 @@ class _Guarded:
     def slack_written(self) -> str:
         """'after the end' / 'before the start' when a canary changed, else ''."""
         n = self.hi - self.lo
-        if ctypes.string_at(self.data + n, self.padded - n) != b"\xa5" * (self.padded - n):
+        if ctypes.string_at(self.data + n, self.slack) != b"\xa5" * self.slack:
             return "past the end"
         if ctypes.string_at(self.data - self.front, self.front) != b"\xa5" * self.front:
             return "before the start"
@@ -509,6 +551,7 @@ class Module:
                  resources: dict[str, Any] | None = None):
         self.lib, self.rt, self.shown, self.index, self.fibers = lib, rt, shown, index, fibers
         self.resources = resources or {}  # kernel -> {"regs", "shared"} as NVRTC compiles it for sm_80
+        self.path: Path | None = None  # the library (its symbols name the __shared__ variables to poison)
         self._entry_cache: dict[int, tuple[int, int, int]] = {}
 
     def global_memory(self, name: str) -> tuple[int, int]:
@@ -570,6 +613,12 @@ class Module:
             L.workers = _workers()
             L.stack_size = int(os.environ.get("CUDL_EMULATOR_STACK", 64 * 1024))
             L.stack_size = (L.stack_size + 4095) // 4096 * 4096
+            L.reverse = int(schedule() == "reverse")
+            checked = bool(mode) and not getattr(self, "_checks_broken", None)
+            smem = [v for _, off, size in _shared_symbols(self, checked) for v in (off, size)]
+            smem_arr = (ctypes.c_longlong * max(1, len(smem)))(*smem)
+            keep.append(smem_arr)
+            L.nsmem, L.smem = len(smem) // 2, smem_arr
             ck = _checks_begin(self, mode, params, args, guards, shared_mem)
             self._run(L)
             if L.status == 6:  # a barrier the source scan did not see: run again, every thread a fiber
@@ -631,6 +680,18 @@ class Module:
             return f"{L.msg.decode(errors='replace')}, in {name} ({self.shown})"
         if L.status == 8:
             return _race_message(self, L, name, params, args)
+        if L.status == 11:
+            return _uninit_message(self, L, name, params, args)
+        if L.status == 10:
+            what, line, align = L.msg.decode(errors="replace").split("\t")
+            place = self._place(L, params, args, guards) or hex(L.addr)
+            if line == "its launch":  # a pointer argument to a scalar type, checked when a block starts
+                return (f"misaligned address: {what}, {place}, is not {align}-byte aligned (a GPU stops the kernel "
+                        f"with \"misaligned address\" at its first access) {where}")
+            return (f"misaligned address: {what} at {line} by {who}: {place} is not {align}-byte aligned (a GPU "
+                    f"stops the kernel with \"misaligned address\") {where}")
+        if L.status == 12:
+            return _bounds_message(self, L, who, where)
         if L.status == 3:
             return (f"stack overflow of {who} {where}: large local arrays or deep recursion? "
                     "(kernels with barriers or warp primitives get CUDL_EMULATOR_STACK bytes per thread, "
@@ -657,7 +718,38 @@ class Module:
             return (f"out-of-bounds {rw} of {p.name}[{idx}] ({p.name} has {a.size} elements) by {who} {where}")
         if addr < 65536:
             return f"invalid {rw} at address {addr:#x} (a null pointer?) by {who} {where}"
+        # Unmapped memory beyond the guard pages: name the argument array nearest to the address (an index far
+        # out of range, e.g. a row index times the wrong width), when it lies within 1 GiB of one.
+        near = []
+        for k, gd in guards.items():
+            start, a = gd.ptr(args[k]), args[k]
+            near.append((start - addr if addr < start else addr - start - a.nbytes, k, start))
+        if near and min(near)[0] < 1 << 30:
+            dist, k, start = min(near)
+            a, p = args[k], params[k]
+            idx = (addr - start) // a.itemsize if addr >= start else -((start - addr + a.itemsize - 1) // a.itemsize)
+            side = "past the end of" if addr >= start else "before the start of"
+            return (f"out-of-bounds {rw} of {p.name}[{idx}] ({p.name} has {a.size} elements; the address lies "
+                    f"{dist:,} bytes {side} it, the nearest argument array) by {who} {where}")
         return f"invalid {rw} at address {addr:#x} (not inside any argument array) by {who} {where}"
+
+    def _place(self, L: _Launch, params: list[Param], args: list[Any], guards: dict[int, _Guarded]) -> str:
+        """The memory that holds a fault's address: `acc + 4 bytes (inside acc[1])`, `byte 4 of s (shared
+        memory)`; "" if none is known."""
+        addr = L.addr
+        for k, gd in guards.items():
+            start, a, p = gd.ptr(args[k]), args[k], params[k]
+            if start <= addr < start + max(1, a.nbytes):
+                off = addr - start
+                at = "the address of" if off % a.itemsize == 0 else "inside"
+                return f"{p.name} + {off} bytes ({at} {p.name}[{off // a.itemsize}])"
+        checked = bool(checks_mode()) and not getattr(self, "_checks_broken", None)
+        for var, off, size in _shared_symbols(self, checked):
+            if off <= L.tls_off < off + size:
+                return f"byte {L.tls_off - off} of {var} (shared memory)"
+        if 0 <= L.ds_off < L.shared_mem:
+            return f"byte {L.ds_off} of dynamic shared memory"
+        return ""
 
 
 # ---------------------------------------------------------------------------- checks: races and counters
@@ -666,7 +758,12 @@ class Module:
 # CUDL_EMULATOR_RACECHECK=1 turns the race check on for every launch; cudl.counters turns counting on for
 # one launch. The normal, uninstrumented library and its speed are unchanged.
 
-CHECK_FLAGS = ["-fsanitize=thread", "--param=tsan-instrument-func-entry-exit=0", "-g1"]
+# -fsanitize=bounds: an index past a dimension of an array whose size the compiler knows (a static __shared__
+# tile, a local array) is reported (handler in runtime.cpp), before it lands in a neighbouring variable.
+# -fno-tree-sra: a float2 / float4 / struct copy stays one 8- or 16-byte access, as a GPU's ld.v2 / ld.v4 (split
+# into its fields, a warp's float2 loads would count as two strided 4-byte requests, each a 2-way conflict).
+CHECK_FLAGS = ["-fsanitize=thread", "-fsanitize=bounds", "-fno-tree-sra", "--param=tsan-instrument-func-entry-exit=0",
+               "-g1"]
 RACES, COUNTERS = 1, 2
 _FORCED_MODE = 0  # bits set by cudl.counters while it launches
 _KEEP: list[Any] = []  # the ctypes structures the runtime points at during a launch
@@ -699,7 +796,7 @@ def checks_mode() -> int:
 def _build_checked(text: str, flags: list[str]) -> Path:
     """The instrumented library: compiled with -fsanitize=thread, linked without its runtime (our hooks)."""
     # str(INCLUDE) too: the debug lines name the prelude's path, and messages skip frames inside it
-    key = hashlib.sha256("\0".join([_compiler_id(), _prelude_hash(), str(INCLUDE), " ".join(cxxflags()), "checked",
+    key = hashlib.sha256("\0".join([_compiler_id(), _prelude_hash(), str(INCLUDE), " ".join(kernel_flags()), "checked",
                                     " ".join(CHECK_FLAGS + flags), text]).encode()).hexdigest()[:32]
     out = cache_dir() / f"checked-{key}.so"
     if out.is_file():
@@ -707,9 +804,10 @@ def _build_checked(text: str, flags: list[str]) -> Path:
     with tempfile.TemporaryDirectory(prefix="cudl-emu-") as tmp:
         src, obj, so = Path(tmp) / "kernel.cpp", Path(tmp) / "kernel.o", Path(tmp) / "kernel.so"
         src.write_text(text)
-        cflags = [f for f in cxxflags() if f != "-shared"]
+        cflags = [f for f in kernel_flags() if f != "-shared"]
         check = CHECK_FLAGS if "clang" not in _compiler_id() else [
-            "-fsanitize=thread", "-mllvm", "-tsan-instrument-func-entry-exit=0", "-gline-tables-only"]
+            "-fsanitize=thread", "-fsanitize=array-bounds", "-mllvm", "-tsan-instrument-func-entry-exit=0",
+            "-gline-tables-only"]  # clang's -fsanitize=bounds adds local-bounds, which traps without a handler
         for cmd in ([CXX, *cflags, *check, *flags, f"-I{INCLUDE}", "-c", str(src), "-o", str(obj)],
                     [CXX, "-shared", "-fPIC", str(obj), "-o", str(so)]):
             proc = subprocess.run(cmd, capture_output=True, text=True)
@@ -750,24 +848,28 @@ def _checked_entries(self: Module, i: int) -> tuple[int, int, int]:
 Module._checked_entries = _checked_entries
 
 
-@functools.lru_cache(maxsize=1)
-def _prelude_tls_names() -> frozenset[str]:
-    """Names of the prelude's own thread_local variables (threadIdx, ...): not __shared__ memory."""
-    names = set()
-    for f in INCLUDE.rglob("*"):
-        if f.is_file():
-            names |= set(re.findall(r"\bthread_local\s+[^;(){}]*?\b(\w+)\s*(?:\[[^\]]*\]\s*)*(?:=[^;]*)?;",
-                                    f.read_text(errors="replace")))
-    return frozenset(names | {"threadIdx", "blockIdx", "blockDim", "gridDim"})
+_BUILTIN_TLS = ("threadIdx", "blockIdx", "blockDim", "gridDim")
 
 
-def _elf_symbols(mod: Module) -> list[tuple[str, int, int, str]]:
-    """(TLS or OBJECT, value, bytes, short demangled name) of the instrumented library's variables."""
-    if getattr(mod, "_elf_syms", None) is not None:
-        return mod._elf_syms
-    syms: list[tuple[str, int, int, str]] = []
+def _prelude_state(short: str, full: str) -> bool:
+    """Whether a thread_local variable is the prelude's own state (threadIdx, the cp.async queues, cooperative
+    groups' tile counters), not a __shared__ variable: the built-in variables, `__cudl*` names, and statics of
+    functions whose names start with `__` or of the cooperative_groups / nvcuda namespaces."""
+    if short in _BUILTIN_TLS or short.startswith("__cudl"):
+        return True
+    scope = full[:-len(short)] if full.endswith(short) else full  # "__big_tile_sync(unsigned int, ...)::"
+    return bool(re.search(r"(?:^|[\s:*&])__\w*\s*\(|\b(?:cooperative_groups|nvcuda)::", scope))
+
+
+def _elf_symbols(path: Path) -> list[tuple[str, int, int, str, str]]:
+    """(TLS or OBJECT, value, bytes, short demangled name, full demangled name) of a kernel library's variables
+    (readelf and c++filt, binutils), cached beside the library: libraries are named by content hash."""
+    memo = path.with_name(path.name + ".syms.json")
+    if memo.is_file():
+        return [tuple(x) for x in json.loads(memo.read_text())]
+    syms: list[tuple[str, int, int, str, str]] = []
     try:
-        out = subprocess.run(["readelf", "-sW", str(mod._checked_path)], capture_output=True, text=True).stdout
+        out = subprocess.run(["readelf", "-sW", str(path)], capture_output=True, text=True).stdout
         raw = []
         for line in out.splitlines():
             f = line.split()
@@ -776,27 +878,35 @@ def _elf_symbols(mod: Module) -> list[tuple[str, int, int, str]]:
         dem = subprocess.run(["c++filt"], input="\n".join(r[3] for r in raw), capture_output=True,
                              text=True).stdout.splitlines()
         if len(dem) == len(raw):
-            syms = [(k, v, n, re.sub(r"<.*>", "", d).split("::")[-1].strip()) for (k, v, n, _), d in zip(raw, dem)
+            syms = [(k, v, n, re.sub(r"<.*>", "", d).split("::")[-1].strip(), d) for (k, v, n, _), d in zip(raw, dem)
                     if not d.startswith(("guard variable", "vtable", "typeinfo", "_")) and "." not in d]
-    except OSError:  # no binutils: shared memory and __device__ variables go unchecked
-        pass
-    mod._elf_syms = syms
+    except OSError:  # no binutils: shared memory and __device__ variables go unchecked, and unpoisoned
+        return []
+    tmp = memo.with_name(f"{memo.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(syms))
+    os.replace(tmp, memo)
     return syms
 
 
-def _shared_symbols(mod: Module) -> list[tuple[str, int, int]]:
-    """(name, offset from threadIdx, bytes) of every __shared__ variable of the instrumented library."""
-    tls = [(v, n, s) for k, v, n, s in _elf_symbols(mod) if k == "TLS"]
-    base = next((v for v, _, s in tls if s == "threadIdx"), None)
-    if base is None:
+def _library(mod: Module, checked: bool) -> Path:
+    return mod._checked_path if checked else mod.path
+
+
+def _shared_symbols(mod: Module, checked: bool = True) -> list[tuple[str, int, int]]:
+    """(name, offset from threadIdx, bytes) of every __shared__ variable of the normal or instrumented library."""
+    cache = mod.__dict__.setdefault("_smem_syms", {})
+    if getattr(mod, "_checked_path" if checked else "path", None) is None:
         return []
-    skip = _prelude_tls_names()
-    return [(s, v - base, n) for v, n, s in tls if s not in skip]
+    if checked not in cache:
+        tls = [(v, n, s, d) for k, v, n, s, d in _elf_symbols(_library(mod, checked)) if k == "TLS"]
+        base = next((v for v, _, s, _ in tls if s == "threadIdx"), None)
+        cache[checked] = [] if base is None else [(s, v - base, n) for v, n, s, d in tls if not _prelude_state(s, d)]
+    return cache[checked]
 
 
 def _device_symbols(mod: Module) -> list[tuple[str, int, int]]:
     """(name, offset from the library's load address, bytes) of __device__ / __constant__ variables."""
-    return [(s, v, n) for k, v, n, s in _elf_symbols(mod) if k == "OBJECT"]
+    return [(s, v, n) for k, v, n, s, _ in _elf_symbols(mod._checked_path) if k == "OBJECT"]
 
 
 def _checks_begin(mod: Module, mode: int, params: list[Param], args: list[Any], guards: dict[int, Any],
@@ -880,8 +990,9 @@ def _decl(source: str, name: str, qualifier: str = "__shared__") -> tuple[int, i
     return _CTYPE_BYTES.get(typ, 0), m.group(2).count("[")
 
 
-def _race_message(mod: Module, L: _Launch, name: str, params: list[Param], args: list[Any]) -> str:
-    C = mod._last_ck
+def _cell_name(mod: Module, C: _Checks, params: list[Param], args: list[Any]) -> str:
+    """The element a race-check report is about: `partials[0] (global memory, argument partials)`, `s[3] (shared
+    memory)`, ..."""
     src = mod._check_inputs[2]
     if C.region < 999:
         p, a = params[C.region], args[C.region]
@@ -910,14 +1021,90 @@ def _race_message(mod: Module, L: _Launch, name: str, params: list[Param], args:
             what = f"{var}, element {off // size} in row-major order (shared memory)"
         else:
             what = f"byte {off} of {var} (shared memory)"
+    return what
+
+
+def _who(L: _Launch, t: int, b: int) -> str:
+    """thread (x,y,z) of block (x,y,z), from linear indices."""
+    bx, by, gx, gy = L.block[0], L.block[1], L.grid[0], L.grid[1]
+    return f"thread ({t % bx},{t // bx % by},{t // (bx * by)}) of block ({b % gx},{b // gx % gy},{b // (gx * gy)})"
+
+
+def _uninit_message(mod: Module, L: _Launch, name: str, params: list[Param], args: list[Any]) -> str:
+    C = mod._last_ck
+    what = _cell_name(mod, C, params, args)
+    line = _source_lines(mod._checked_path, [C.pc[1]], mod.shown)[0]
+    how = "atomic operation (it reads the old value)" if C.atomic[1] else "read"
+    return (f"read of uninitialized shared memory: {what}, {how} by {_who(L, C.tid[1], C.blk[1])} at {line}, "
+            "which no thread of the block has written since the block started (shared memory is undefined when a "
+            "block starts; on a GPU it holds what an earlier block left there: set it, then __syncthreads(), "
+            f"before reading it) (initcheck of the CPU emulator's race check), in {name} ({mod.shown})")
+
+
+def _subscripts(line: str, col: int) -> tuple[str, str, str]:
+    """(array name, `name[..][..]` text, "read" or "write") of the subscript whose `[` or `]` is at `col` in a
+    line of source (g++ names either): back over the `[...]` groups to the name, forward over the rest, then
+    what follows (an assignment: a write)."""
+    def match(i: int, step: int) -> int:  # index of the bracket that pairs with the one at i
+        depth = 0
+        while 0 <= i < len(line):
+            depth += {"[": 1, "]": -1}.get(line[i], 0) * step
+            if depth == 0:
+                return i
+            i += step
+        return -1
+
+    close = match(col, 1) if 0 <= col < len(line) and line[col] == "[" else col
+    start = close
+    while 0 <= start < len(line) and line[start] == "]":
+        start = match(start, -1) - 1
+        while start >= 0 and line[start] == " ":
+            start -= 1
+    m = re.search(r"[A-Za-z_]\w*$", line[:start + 1]) if start >= 0 else None
+    if not m:
+        return "", "", "access"
+    end = close
+    while (nxt := re.match(r"\s*\[", line[end + 1:])) and match(end + nxt.end(), 1) > 0:
+        end = match(end + nxt.end(), 1)
+    after = line[end + 1:].lstrip()
+    write = re.match(r"(?:[-+*/%&|^]|<<|>>)?=(?!=)|\+\+|--", after) or re.search(r"(?:\+\+|--)\s*$", line[:m.start()])
+    return m.group(), line[m.start():end + 1], "write" if write else "read"
+
+
+def _bounds_message(mod: Module, L: _Launch, who: str, where: str) -> str:
+    """An index past a dimension of an array of known size (-fsanitize=bounds), named from the source line and
+    column g++ reports (the `]` of the subscript out of range)."""
+    atype, index, loc = L.msg.decode(errors="replace").split("\t")
+    file, line, col = loc.rsplit(":", 2)
+    bound = re.search(r"\[(\d+)\]", atype)
+    text = strip_comments(mod._check_inputs[2]) if file == mod.shown else ""
+    lines = text.splitlines()
+    var, expr, rw = _subscripts(lines[int(line) - 1], int(col) - 1) if 0 < int(line) <= len(lines) else ("", "", "")
+    v = re.escape(var)
+    decl = (re.search(r"__shared__[^;{}]*\b" + v + r"\s*\[[^;{}]*;", text) or
+            re.search(r"(?<=[;{}\n])\s*[A-Za-z_][\w:<>\s]*?\s" + v + r"\s*\[[^;{}=]*[;=]", text)) if var else None
+    shared = decl is not None and "__shared__" in decl.group()
+    kind = f"{'shared ' if shared else ''}{rw or 'access'}"
+    size = f" of size {bound.group(1)}" if bound else ""
+    if var:
+        d = " ".join(decl.group().rstrip("=").split()) if decl else ""
+        declared = (f"{var} is declared `{d}` at {file}:{text.count(chr(10), 0, decl.end()) + 1}" if decl
+                    else f"of type {atype}")
+        subject = f"{expr}: index {index} is past the end of a dimension{size} ({declared})"
+    else:
+        subject = f"index {index} is past the end of an array of type {atype}"
+    return (f"out-of-bounds {kind}: {subject}, at {file}:{line} by {who} (an undersized array, or a wrong index: "
+            f"on a GPU it reads or overwrites another variable) {where}")
+
+
+
+def _race_message(mod: Module, L: _Launch, name: str, params: list[Param], args: list[Any]) -> str:
+    C = mod._last_ck
+    what = _cell_name(mod, C, params, args)
     lines = _source_lines(mod._checked_path, [C.pc[0], C.pc[1]], mod.shown)
-    bx, by = L.block[0], L.block[1]
-    gx, gy = L.grid[0], L.grid[1]
 
     def who(k: int) -> str:
-        t, b = C.tid[k], C.blk[k]
-        return (f"thread ({t % bx},{t // bx % by},{t // (bx * by)}) of block "
-                f"({b % gx},{b // gx % gy},{b // (gx * gy)})")
+        return _who(L, C.tid[k], C.blk[k])
 
     def kind(k: int) -> str:
         return "atomic operation" if C.atomic[k] else "write" if C.write[k] else "read"

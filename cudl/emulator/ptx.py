@@ -243,7 +243,7 @@ class _Asm:
             tok = extra[0].strip()
             src_size = f"({self.locals[tok]} ? 0 : (int){size})" if tok in self.preds else self.value(tok)
         return (f"__cudl_cp_async({self.address(ops[0])}, (const void*)(uintptr_t){self.address(ops[1])}, "
-                f"(int){size}, (int){src_size});")
+                f"(int){size}, (int){src_size}, __FILE__, __LINE__);")
 
     def cpp(self) -> str:
         stmts = []

@@ -60,11 +60,19 @@ struct cudl_launch {              // filled by Python (ctypes structure of the s
                                   // 4 message about a block (barrier / warp deadlock),
                                   // 5 dynamic shared memory overflow (addr = byte offset, signed),
                                   // 6 kernel needs fibers (relaunched by Python), 7 interrupted (SIGINT),
-                                  // 8 data race (race check), 9 no progress (watchdog; message in msg)
+                                  // 8 data race (race check), 9 no progress (watchdog; message in msg),
+                                  // 10 misaligned address (addr; msg: what \t file:line \t alignment),
+                                  // 11 read of uninitialized shared memory (race check; cell as for 8),
+                                  // 12 array index out of bounds (msg: array type \t index \t file:line:column)
     int is_write;                 // 1 write, 0 read, -1 unknown
     unsigned long long addr;
     unsigned tid[3], bid[3];
     char msg[1024];
+    // more inputs
+    int reverse;                  // CUDL_EMULATOR_SCHEDULE=reverse: blocks, and threads in a block, in reverse
+    int nsmem;                    // static __shared__ variables, poisoned at every block start:
+    const long long* smem;        // nsmem pairs (offset from &threadIdx, bytes)
+    long long tls_off, ds_off;    // result: addr - &threadIdx, addr - dynamic shared memory (to name a variable)
 };
 
 // ------------------------------------------------------------------ context switch
@@ -186,9 +194,9 @@ struct Worker {
 #endif
     Fiber* cur = nullptr;
     unsigned bid[3];
-    unsigned info[12];
+    unsigned info[13];  // blockIdx, blockDim, gridDim, threadIdx (fibers), reverse order (plain loop)
     char* dsmem = nullptr;
-    unsigned long long stack_top = 0;  // of the worker thread (plain mode runs threads on it)
+    unsigned long long stack_lo = 0;  // lowest byte of the worker thread's stack (plain mode runs threads on it)
     char* ds_base = nullptr;  // mapping of dynamic shared memory, guard pages included
     size_t ds_len = 0;
     const unsigned* tid_plain = nullptr;  // &threadIdx of the kernel library (plain mode)
@@ -200,6 +208,10 @@ struct Worker {
     std::atomic<unsigned long long> blin{0};  // linear index of the block being run
     unsigned epoch = 0;                       // barriers completed by this block (race checks)
     struct CheckState* ck = nullptr;          // race checks / counters (check mode only)
+    // A misaligned address seen by a UBSan check that may not be an access (a reference bound, a member
+    // named): reported only if a load or store, or an aligned SSE instruction's fault, follows.
+    const void* ub_ptr = nullptr;
+    char ub_what[200];
 };
 static inline void bump(std::atomic<unsigned long long>& c) {  // single writer: a plain increment
     c.store(c.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
@@ -237,10 +249,19 @@ static void report(Worker* w, int status, const char* msg, unsigned long long ad
     w->L->status = status;
     w->L->addr = addr;
     w->L->is_write = is_write;
+    w->L->tls_off = (long long)(addr - (unsigned long long)w->tid_plain);
+    w->L->ds_off = (long long)(addr - (unsigned long long)w->dsmem);
     tid_of(w, w->L->tid);
     memcpy(w->L->bid, w->bid, sizeof w->bid);
     snprintf(w->L->msg, sizeof w->L->msg, "%s", msg ? msg : "");
     g_abort.store(1);
+}
+
+// Report and leave the kernel (from kernel code: the worker's sigsetjmp takes over).
+[[noreturn]] static void stop_kernel(Worker* w, int status, const char* msg, const void* addr, int is_write) {
+    report(w, status, msg, (unsigned long long)addr, is_write);
+    w->in_kernel = false;
+    siglongjmp(w->jmp, 1);
 }
 
 // ------------------------------------------------------------------ signals
@@ -269,14 +290,26 @@ static void on_signal(int sig, siginfo_t* si, void* ucv) {
 #endif
     int status = 1;
     const char* msg = "";
+    // Stack overflow only where a stack ends: a fiber's guard page (big frames probe every page, see
+    // -fstack-clash-protection, so they fault there too), or just below the worker thread's own stack.
+    // A wild write elsewhere is an out-of-bounds access, named after the nearest argument by Python.
+    const unsigned long long below = 64 * 1024;
+#ifdef SI_KERNEL
+    const bool gp = sig == SIGSEGV && si->si_code == SI_KERNEL;  // general protection, e.g. an unaligned movaps
+#else
+    const bool gp = false;
+#endif
     if (sig == SIGFPE) {
         status = 2;
         msg = "arithmetic exception (integer division by zero?)";
-    } else if (w->cur && w->stacks.base &&
-               ((addr >= (unsigned long long)w->stacks.base && addr < (unsigned long long)(w->stacks.base + w->stacks.len)) ||
-                (addr < (unsigned long long)w->cur->stack_lo && addr + (1ull << 20) > (unsigned long long)w->cur->stack_lo))) {
-        status = 3;  // a fiber ran into (or jumped over) the guard page below its stack
-    } else if (!w->cur && addr < w->stack_top && addr + (64ull << 20) > w->stack_top) {
+    } else if (gp && w->ub_ptr) {
+        status = 10;  // an aligned SSE load/store at the misaligned address a UBSan check saw first
+        msg = w->ub_what;
+        addr = (unsigned long long)w->ub_ptr;
+    } else if (w->cur && w->stacks.base && addr + below >= (unsigned long long)w->stacks.base &&
+               addr < (unsigned long long)(w->stacks.base + w->stacks.len)) {
+        status = 3;  // a fiber ran into the guard page below its stack
+    } else if (!w->cur && w->stack_lo && addr + below >= w->stack_lo && addr < w->stack_lo + g_page) {
         status = 3;  // plain mode: the worker thread's own stack (8 MiB by default) overflowed
     } else if (w->ds_base && addr >= (unsigned long long)w->ds_base &&
                addr < (unsigned long long)(w->ds_base + w->ds_len)) {
@@ -334,14 +367,23 @@ static void give_stacks(Worker* w) {
 
 // A fiber that blocks (barrier, warp operation, exit) passes control straight to the next runnable fiber
 // of the round; the last one of the round returns to the scheduler. One switch per block instead of two.
-static Fiber* next_runnable(Worker* w, unsigned from) {
-    for (unsigned i = from, n = (unsigned)w->fibers.size(); i < n; i++)
-        if (w->fibers[i].state == RUN) return &w->fibers[i];
+// A round runs the threads in order of their linear index, or in reverse (CUDL_EMULATOR_SCHEDULE=reverse).
+static Fiber* next_runnable(Worker* w, long from) {
+    const long n = (long)w->fibers.size();
+    if (!w->L->reverse) {
+        for (long i = from; i < n; i++)
+            if (w->fibers[i].state == RUN) return &w->fibers[i];
+    } else {
+        for (long i = from < n ? from : n - 1; i >= 0; i--)
+            if (w->fibers[i].state == RUN) return &w->fibers[i];
+    }
     return nullptr;
 }
+static Fiber* first_runnable(Worker* w) { return next_runnable(w, w->L->reverse ? (long)w->fibers.size() - 1 : 0); }
 static void to_scheduler(Worker* w, Fiber* f) {
     bump(w->progress);
-    Fiber* nx = g_abort.load(std::memory_order_relaxed) ? nullptr : next_runnable(w, f->lin + 1);
+    Fiber* nx = g_abort.load(std::memory_order_relaxed) ? nullptr
+              : next_runnable(w, w->L->reverse ? (long)f->lin - 1 : (long)f->lin + 1);
     w->cur = nx;
 #ifndef CUDL_UC
     cudl_switch(&f->sp, nx ? nx->sp : w->sched_sp);
@@ -516,9 +558,24 @@ static bool resolve_activemask(Worker* w, unsigned n) {
     return progress;
 }
 
+// "0-15, 17, 20-31"
+static void lane_list(unsigned bits, char* out, size_t cap) {
+    out[0] = 0;
+    for (unsigned k = 0; k < 32;) {
+        if (!((bits >> k) & 1)) { k++; continue; }
+        unsigned e = k;
+        while (e + 1 < 32 && ((bits >> (e + 1)) & 1)) e++;
+        char one[16];
+        if (e == k) snprintf(one, sizeof one, "%s%u", out[0] ? ", " : "", k);
+        else snprintf(one, sizeof one, "%s%u-%u", out[0] ? ", " : "", k, e);
+        if (strlen(out) + strlen(one) < cap) strcat(out, one);
+        k = e + 1;
+    }
+}
+
 // Why a block cannot go on: a message naming the barrier or warp operation.
 static std::string stuck_message(Worker* w, unsigned n) {
-    char buf[700];
+    char buf[900];
     unsigned at_bar = 0, done = 0;
     Fiber *bar = nullptr, *other_bar = nullptr, *warp = nullptr;
     for (unsigned i = 0; i < n; i++) {
@@ -536,9 +593,39 @@ static std::string stuck_message(Worker* w, unsigned n) {
                  "and at %s:%d (a barrier inside divergent code?)", w->bid[0], w->bid[1], w->bid[2],
                  bar->file, bar->line, other_bar->file, other_bar->line);
     } else if (warp) {
-        snprintf(buf, sizeof buf, "%s at %s:%d in warp %u of block (%u,%u,%u): mask 0x%08x names lanes that did not "
-                 "reach it (they exited or wait elsewhere)", g_opnames[warp->op], warp->file, warp->line,
-                 warp->lin / 32, w->bid[0], w->bid[1], w->bid[2], warp->mask);
+        // The lanes its mask names that wait elsewhere, grouped by where they wait.
+        const unsigned w0 = warp->lin / 32 * 32, nl = n - w0 < 32 ? n - w0 : 32;
+        const Fiber* base = &w->fibers[w0];
+        unsigned missing = 0;
+        for (unsigned k = 0; k < nl; k++)
+            if (((warp->mask >> k) & 1) && base[k].state != DONE &&
+                !(base[k].state == AT_WARP && base[k].op != OP_ACTIVEMASK && base[k].mask == warp->mask))
+                missing |= 1u << k;
+        char lanes[120], where[400] = "";
+        lane_list(missing, lanes, sizeof lanes);
+        for (unsigned todo = missing; todo;) {
+            const Fiber& o = base[__builtin_ctz(todo)];
+            unsigned same = 0;
+            for (unsigned k = 0; k < nl; k++)
+                if (((todo >> k) & 1) && base[k].state == o.state && base[k].line == o.line &&
+                    !strcmp(base[k].file, o.file) && (o.state != AT_WARP || (base[k].op == o.op && base[k].mask == o.mask)))
+                    same |= 1u << k;
+            todo &= ~same;
+            char group[120], one[260];
+            lane_list(same, group, sizeof group);
+            if (o.state == AT_WARP && o.op == OP_ACTIVEMASK)
+                snprintf(one, sizeof one, "; lanes %s wait at __activemask() at %s:%d", group, o.file, o.line);
+            else if (o.state == AT_WARP)
+                snprintf(one, sizeof one, "; lanes %s wait at %s at %s:%d (mask 0x%08x)", group, g_opnames[o.op], o.file,
+                         o.line, o.mask);
+            else
+                snprintf(one, sizeof one, "; lanes %s wait at __syncthreads() at %s:%d", group, o.file, o.line);
+            if (strlen(where) + strlen(one) < sizeof where) strcat(where, one);
+        }
+        snprintf(buf, sizeof buf, "%s at %s:%d in warp %u of block (%u,%u,%u): mask 0x%08x names lanes %s, which did "
+                 "not reach it (every lane the mask names must call the same primitive, unless it has exited)%s",
+                 g_opnames[warp->op], warp->file, warp->line, warp->lin / 32, w->bid[0], w->bid[1], w->bid[2],
+                 warp->mask, lanes, where);
     } else {
         snprintf(buf, sizeof buf, "__syncthreads() at %s:%d reached by only %u of %u threads of block (%u,%u,%u)%s",
                  bar->file, bar->line, at_bar, n, w->bid[0], w->bid[1], w->bid[2],
@@ -584,7 +671,7 @@ static bool run_block_fibers(Worker* w, unsigned n) {
     }
     for (;;) {
         unsigned live = 0, at_bar = 0;
-        if (Fiber* first = next_runnable(w, 0)) run_fiber(w, first);  // runs the whole round
+        if (Fiber* first = first_runnable(w)) run_fiber(w, first);  // runs the whole round
         if (g_abort.load(std::memory_order_relaxed)) return true;
         for (unsigned i = 0; i < n; i++) {
             int s = w->fibers[i].state;
@@ -651,6 +738,14 @@ EXPORT uint64_t __cudl_rt_warp(int op, unsigned mask, uint64_t val, int arg, int
     if (!f) needs_fibers(w);
     if (op <= 3 && (width < 1 || width > 32 || (width & (width - 1))))
         __cudl_rt_trap("shuffle width must be a power of 2 from 1 to 32", file, line);
+    const unsigned lane = f->lin & 31;
+    if (op != OP_ACTIVEMASK && !((mask >> lane) & 1)) {  // CUDA: every calling thread must have its bit set
+        char buf[400];
+        snprintf(buf, sizeof buf, "%s at %s:%d: mask 0x%08x does not name lane %u of warp %u, which calls it (every "
+                 "lane that calls a warp primitive must be in its mask)", g_opnames[op], file, line, mask, lane,
+                 f->lin / 32);
+        stop_kernel(w, 2, buf, nullptr, -1);
+    }
     f->state = AT_WARP;
     f->op = op; f->mask = mask; f->val = val; f->arg = arg; f->width = width; f->line = line; f->file = file;
     to_scheduler(w, f);
@@ -674,6 +769,77 @@ EXPORT void __cudl_rt_trap(const char* what, const char* file, int line) {
     w->in_kernel = false;
     siglongjmp(w->jmp, 1);
 }
+
+// ------------------------------------------------------------------ misaligned addresses, array bounds
+// A GPU faults ("misaligned address") on an access that is not aligned to its size: a float4 load at a
+// float's address, a half2 at an odd __half. Kernel libraries are compiled with -fsanitize=alignment (the
+// race-check build with -fsanitize=bounds too) and linked without UBSan's runtime: g++ checks the alignment
+// of every access through a pointer and calls the handlers below, which stop the launch with a report, as
+// compute-sanitizer's memcheck does. The prelude calls __cudl_rt_misaligned itself for __ldg and friends,
+// cp.async and ldmatrix.
+EXPORT void __cudl_rt_misaligned(const void* p, const char* what, unsigned align, int is_write, const char* file,
+                                 int line) {
+    Worker* w = t_w;
+    char buf[600];
+    if (line > 0) snprintf(buf, sizeof buf, "%s\t%s:%d\t%u", what, file, line, align);
+    else snprintf(buf, sizeof buf, "%s\t%s\t%u", what, file, align);  // "its launch": an argument
+    if (!w || !w->in_kernel) { fprintf(stderr, "misaligned address: %s\n", buf); abort(); }
+    stop_kernel(w, 10, buf, p, is_write);
+}
+struct UbLoc { const char* file; unsigned line, col; };
+struct UbType { unsigned short kind, info; char name[1]; };  // name: "'const struct float4'"
+struct UbMismatch { UbLoc loc; const UbType* type; unsigned char log_align, check; };
+struct UbBounds { UbLoc loc; const UbType* array; const UbType* index; };
+static void ub_type_name(const UbType* t, char* out, size_t cap) {  // 'const struct float4' -> float4
+    const char* s = t->name;
+    if (*s == '\'') s++;
+    for (bool again = true; again;) {
+        again = false;
+        for (const char* q : {"const ", "volatile ", "struct ", "union ", "class "})
+            if (!strncmp(s, q, strlen(q))) { s += strlen(q); again = true; }
+    }
+    snprintf(out, cap, "%s", s);
+    size_t n = strlen(out);
+    if (n && out[n - 1] == '\'') out[n - 1] = 0;
+}
+static void ub_mismatch(UbMismatch* d, uintptr_t p) {
+    Worker* w = t_w;
+    if (!w || !w->in_kernel || !p) return;  // null: the fault handler reports it when it is accessed
+    char type[160], what[200];
+    ub_type_name(d->type, type, sizeof type);
+    const unsigned align = 1u << d->log_align;
+    // check kinds (UBSan's TypeCheckKind): 0 load, 1 store, 2 reference binding, 3 member access, 4 member call.
+    // A member named through a misaligned float4* is reported (nvcc merges p->x ... p->w into one 16-byte
+    // access, which faults); a reference bound to it is not yet an access: the load or store that follows is.
+    snprintf(what, sizeof what, "%s %s", d->check == 0 ? "read of" : d->check == 1 ? "write of" :
+             d->check == 2 ? "reference to" : "access to a member of", type);
+    if (d->check == 2 || d->check > 4) {
+        w->ub_ptr = (const void*)p;
+        snprintf(w->ub_what, sizeof w->ub_what, "%s\t%s:%u\t%u", what, d->loc.file, d->loc.line, align);
+        return;
+    }
+    char buf[600];
+    snprintf(buf, sizeof buf, "%s\t%s:%u\t%u", what, d->loc.file, d->loc.line, align);
+    stop_kernel(w, 10, buf, (const void*)p, d->check == 1);
+}
+EXPORT void __ubsan_handle_type_mismatch_v1(UbMismatch* d, uintptr_t p) { ub_mismatch(d, p); }
+EXPORT void __ubsan_handle_type_mismatch_v1_abort(UbMismatch* d, uintptr_t p) { ub_mismatch(d, p); }
+static void ub_bounds(UbBounds* d, uintptr_t raw) {
+    Worker* w = t_w;
+    if (!w || !w->in_kernel) return;
+    char type[160], buf[600];
+    ub_type_name(d->array, type, sizeof type);
+    long long index = (long long)raw;
+    const unsigned bits = 1u << (d->index->info >> 1);  // integer type descriptor: log2 of the width, signed
+    if (d->index->kind == 0 && bits < 64) {
+        unsigned long long v = raw & ((1ull << bits) - 1);
+        index = (d->index->info & 1) && (v >> (bits - 1)) ? (long long)(v | ~((1ull << bits) - 1)) : (long long)v;
+    }
+    snprintf(buf, sizeof buf, "%s\t%lld\t%s:%u:%u", type, index, d->loc.file, d->loc.line, d->loc.col);
+    stop_kernel(w, 12, buf, nullptr, -1);
+}
+EXPORT void __ubsan_handle_out_of_bounds(UbBounds* d, uintptr_t index) { ub_bounds(d, index); }
+EXPORT void __ubsan_handle_out_of_bounds_abort(UbBounds* d, uintptr_t index) { ub_bounds(d, index); }
 
 EXPORT int __cudl_printf(const char* fmt, ...) {
     Worker* w = t_w;
@@ -731,7 +897,7 @@ struct cudl_checks {                    // filled by Python (ctypes structure of
 };
 
 struct Acc { uint32_t blk, epoch, wclk, t, pc; uint16_t tid, flags; };  // flags: 1 valid, 2 atomic, 4 write
-struct Cell { Acc w, r1, r2; };  // last write, two reads since it
+struct Cell { Acc w, r1, r2; uint32_t init; };  // last write, two reads since it; init: 1 + block of the last write
 struct Region { uintptr_t lo, hi; uint32_t gran; int id; bool shared; Cell* shadow; size_t ncells, maplen; };
 struct ReqKey {
     uint32_t warp, pc, k;
@@ -821,6 +987,7 @@ static void ck_check_race(Worker* w, Region* r, uintptr_t a, size_t size, const 
                               c.w.epoch == me.epoch;
             if (!keep) c.w = me;
             c.r1.flags = c.r2.flags = 0;
+            c.init = me.blk + 1;
         } else {
             auto free_slot = [&](const Acc& x) {
                 return !(x.flags & 1) || (x.blk == me.blk && (x.tid == me.tid || x.epoch < me.epoch)) ||
@@ -830,6 +997,44 @@ static void ck_check_race(Worker* w, Region* r, uintptr_t a, size_t size, const 
             else if (free_slot(c.r2)) c.r2 = me;  // else two other threads' reads stay on record
         }
     }
+}
+
+// Initcheck (with the race check): a read of shared memory that no thread of the block wrote since the block
+// started (shared memory is undefined at a block's start; the runtime fills it with 0xff bytes). An access is
+// uninitialized when none of its bytes was written: a struct copy reads padding bytes that nobody writes, so a
+// float4 of which some floats were set passes too.
+static void ck_uninit(Worker* w, Region* r, size_t cell, const Acc& me, uintptr_t addr) {
+    cudl_checks* C = g_ck;
+    C->race = 2;
+    C->region = r->id;
+    C->offset = (unsigned long long)cell * r->gran;
+    C->blk[1] = me.blk;
+    C->tid[1] = me.tid;
+    C->pc[1] = me.pc;
+    C->write[1] = (me.flags & 4) != 0;
+    C->atomic[1] = (me.flags & 2) != 0;
+    report(w, 11, "", addr, 0);
+    w->in_kernel = false;
+    siglongjmp(w->jmp, 1);
+}
+static void ck_check_init(Worker* w, Region* r, uintptr_t a, size_t size, const Acc& me) {
+    const uint32_t mark = me.blk + 1;
+    const uintptr_t end = a + size < r->hi ? a + size : r->hi;
+    for (uintptr_t b = a; b < end; b++)
+        if (r->shadow[(b - r->lo) / r->gran].init == mark) return;
+    ck_uninit(w, r, (a - r->lo) / r->gran, me, a);
+}
+// Memory written by a warp-wide operation the race check does not follow (wmma::store_matrix_sync): initialized.
+EXPORT void __cudl_ck_init(const volatile void* p, size_t n) {
+    Worker* w = t_w;
+    if (!w || !w->ck || !(g_ck->mode & 1) || !n) return;
+    const uintptr_t a = (uintptr_t)p;
+    for (auto& r : w->ck->regs)
+        if (r.shadow && a < r.hi && a + n > r.lo) {
+            const uintptr_t lo = a > r.lo ? a : r.lo, hi = a + n < r.hi ? a + n : r.hi;
+            const uint32_t mark = (uint32_t)w->blin.load(std::memory_order_relaxed) + 1;
+            for (size_t i = (lo - r.lo) / r.gran; i <= (hi - 1 - r.lo) / r.gran; i++) r.shadow[i].init = mark;
+        }
 }
 
 // Group the accesses of a warp into requests: the k-th access at one call site by each lane.
@@ -906,7 +1111,7 @@ static void ck_count(Worker* w, CheckState* c, Region* r, uintptr_t a, size_t si
     ck_leave_if_stopped(w);
 }
 
-static inline void ck_access(const volatile void* p, size_t size, int write, int atomic, void* ret) {
+static inline void ck_access(const volatile void* p, size_t size, int write, int atomic, void* ret, int reads) {
     Worker* w = t_w;
     if (!w || !w->ck || !w->in_kernel || !size) return;
     CheckState* c = w->ck;
@@ -928,13 +1133,14 @@ static inline void ck_access(const volatile void* p, size_t size, int write, int
     if (g_ck->mode & 1) {
         Acc me{(uint32_t)w->blin.load(std::memory_order_relaxed), w->epoch, wclk, g_T, pc, (uint16_t)tid,
                (uint16_t)(1 | (atomic ? 2 : 0) | (write ? 4 : 0))};
+        if (reads && r->shared) ck_check_init(w, r, a, size, me);
         ck_check_race(w, r, a, size, me);
     }
 }
 
 // Release (fence, then atomic) and acquire (atomic, then fence), per block.
-static inline void ck_atomic(const volatile void* p, size_t size, int write, void* ret) {
-    ck_access(p, size, write, 1, ret);
+static inline void ck_atomic(const volatile void* p, size_t size, int write, int reads, void* ret) {
+    ck_access(p, size, write, 1, ret, reads);
     Worker* w = t_w;
     if (!w || !w->ck || !g_rel.size()) return;
     size_t b = w->blin.load(std::memory_order_relaxed);
@@ -951,16 +1157,16 @@ static inline void ck_fence() {
 
 #define RA __builtin_return_address(0)
 #define CK_RW(N) \
-    EXPORT void __tsan_read##N(void* p) { ck_access(p, N, 0, 0, RA); } \
-    EXPORT void __tsan_write##N(void* p) { ck_access(p, N, 1, 0, RA); } \
-    EXPORT void __tsan_unaligned_read##N(void* p) { ck_access(p, N, 0, 0, RA); } \
-    EXPORT void __tsan_unaligned_write##N(void* p) { ck_access(p, N, 1, 0, RA); } \
-    EXPORT void __tsan_volatile_read##N(void* p) { ck_access(p, N, 0, 0, RA); } \
-    EXPORT void __tsan_volatile_write##N(void* p) { ck_access(p, N, 1, 0, RA); }
+    EXPORT void __tsan_read##N(void* p) { ck_access(p, N, 0, 0, RA, 1); } \
+    EXPORT void __tsan_write##N(void* p) { ck_access(p, N, 1, 0, RA, 0); } \
+    EXPORT void __tsan_unaligned_read##N(void* p) { ck_access(p, N, 0, 0, RA, 1); } \
+    EXPORT void __tsan_unaligned_write##N(void* p) { ck_access(p, N, 1, 0, RA, 0); } \
+    EXPORT void __tsan_volatile_read##N(void* p) { ck_access(p, N, 0, 0, RA, 1); } \
+    EXPORT void __tsan_volatile_write##N(void* p) { ck_access(p, N, 1, 0, RA, 0); }
 CK_RW(1) CK_RW(2) CK_RW(4) CK_RW(8) CK_RW(16)
 #undef CK_RW
-EXPORT void __tsan_read_range(void* p, size_t n) { ck_access(p, n, 0, 0, RA); }
-EXPORT void __tsan_write_range(void* p, size_t n) { ck_access(p, n, 1, 0, RA); }
+EXPORT void __tsan_read_range(void* p, size_t n) { ck_access(p, n, 0, 0, RA, 1); }
+EXPORT void __tsan_write_range(void* p, size_t n) { ck_access(p, n, 1, 0, RA, 0); }
 EXPORT void __tsan_init(void) {}
 EXPORT void __tsan_func_entry(void*) {}
 EXPORT void __tsan_func_exit(void) {}
@@ -970,31 +1176,31 @@ EXPORT void __tsan_atomic_thread_fence(int) { __atomic_thread_fence(__ATOMIC_SEQ
 EXPORT void __tsan_atomic_signal_fence(int) { __atomic_signal_fence(__ATOMIC_SEQ_CST); }
 #define CK_ATOMIC(N, T) \
     EXPORT T __tsan_atomic##N##_load(const volatile T* a, int) { \
-        ck_atomic(a, sizeof(T), 0, RA); return __atomic_load_n(a, __ATOMIC_SEQ_CST); } \
+        ck_atomic(a, sizeof(T), 0, 1, RA); return __atomic_load_n(a, __ATOMIC_SEQ_CST); } \
     EXPORT void __tsan_atomic##N##_store(volatile T* a, T v, int) { \
-        ck_atomic(a, sizeof(T), 1, RA); __atomic_store_n(a, v, __ATOMIC_SEQ_CST); } \
+        ck_atomic(a, sizeof(T), 1, 0, RA); __atomic_store_n(a, v, __ATOMIC_SEQ_CST); } \
     EXPORT T __tsan_atomic##N##_exchange(volatile T* a, T v, int) { \
-        ck_atomic(a, sizeof(T), 1, RA); return __atomic_exchange_n(a, v, __ATOMIC_SEQ_CST); } \
+        ck_atomic(a, sizeof(T), 1, 0, RA); return __atomic_exchange_n(a, v, __ATOMIC_SEQ_CST); } \
     EXPORT T __tsan_atomic##N##_fetch_add(volatile T* a, T v, int) { \
-        ck_atomic(a, sizeof(T), 1, RA); return __atomic_fetch_add(a, v, __ATOMIC_SEQ_CST); } \
+        ck_atomic(a, sizeof(T), 1, 1, RA); return __atomic_fetch_add(a, v, __ATOMIC_SEQ_CST); } \
     EXPORT T __tsan_atomic##N##_fetch_sub(volatile T* a, T v, int) { \
-        ck_atomic(a, sizeof(T), 1, RA); return __atomic_fetch_sub(a, v, __ATOMIC_SEQ_CST); } \
+        ck_atomic(a, sizeof(T), 1, 1, RA); return __atomic_fetch_sub(a, v, __ATOMIC_SEQ_CST); } \
     EXPORT T __tsan_atomic##N##_fetch_and(volatile T* a, T v, int) { \
-        ck_atomic(a, sizeof(T), 1, RA); return __atomic_fetch_and(a, v, __ATOMIC_SEQ_CST); } \
+        ck_atomic(a, sizeof(T), 1, 1, RA); return __atomic_fetch_and(a, v, __ATOMIC_SEQ_CST); } \
     EXPORT T __tsan_atomic##N##_fetch_or(volatile T* a, T v, int) { \
-        ck_atomic(a, sizeof(T), 1, RA); return __atomic_fetch_or(a, v, __ATOMIC_SEQ_CST); } \
+        ck_atomic(a, sizeof(T), 1, 1, RA); return __atomic_fetch_or(a, v, __ATOMIC_SEQ_CST); } \
     EXPORT T __tsan_atomic##N##_fetch_xor(volatile T* a, T v, int) { \
-        ck_atomic(a, sizeof(T), 1, RA); return __atomic_fetch_xor(a, v, __ATOMIC_SEQ_CST); } \
+        ck_atomic(a, sizeof(T), 1, 1, RA); return __atomic_fetch_xor(a, v, __ATOMIC_SEQ_CST); } \
     EXPORT T __tsan_atomic##N##_fetch_nand(volatile T* a, T v, int) { \
-        ck_atomic(a, sizeof(T), 1, RA); return __atomic_fetch_nand(a, v, __ATOMIC_SEQ_CST); } \
+        ck_atomic(a, sizeof(T), 1, 1, RA); return __atomic_fetch_nand(a, v, __ATOMIC_SEQ_CST); } \
     EXPORT int __tsan_atomic##N##_compare_exchange_strong(volatile T* a, T* c, T v, int, int) { \
-        ck_atomic(a, sizeof(T), 1, RA); \
+        ck_atomic(a, sizeof(T), 1, 1, RA); \
         return __atomic_compare_exchange_n(a, c, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST); } \
     EXPORT int __tsan_atomic##N##_compare_exchange_weak(volatile T* a, T* c, T v, int, int) { \
-        ck_atomic(a, sizeof(T), 1, RA); \
+        ck_atomic(a, sizeof(T), 1, 1, RA); \
         return __atomic_compare_exchange_n(a, c, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST); } \
     EXPORT T __tsan_atomic##N##_compare_exchange_val(volatile T* a, T c, T v, int, int) { \
-        ck_atomic(a, sizeof(T), 1, RA); \
+        ck_atomic(a, sizeof(T), 1, 1, RA); \
         __atomic_compare_exchange_n(a, &c, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST); return c; }
 CK_ATOMIC(8, uint8_t) CK_ATOMIC(16, uint16_t) CK_ATOMIC(32, uint32_t) CK_ATOMIC(64, uint64_t)
 #undef CK_ATOMIC
@@ -1084,10 +1290,33 @@ static std::atomic<int> g_live;
 static std::mutex g_live_mu;
 static std::condition_variable g_live_cv;  // the last worker to leave wakes the watchdog
 
+// Shared memory is undefined when a block starts (on a GPU it holds what an earlier block left): fill every
+// static __shared__ variable and the dynamic shared memory with 0xff bytes (NaN as float, -1 as int), so that
+// a kernel that reads it before writing it gets NaN, not the previous block's values or zeros.
+static const int SHARED_POISON = 0xff;
+static void poison_shared(Worker* w) {
+    const cudl_launch* L = w->L;
+    if (w->tid_plain)
+        for (int i = 0; i < L->nsmem; i++) memset((char*)w->tid_plain + L->smem[2 * i], SHARED_POISON, (size_t)L->smem[2 * i + 1]);
+    if (w->dsmem && L->shared_mem) memset(w->dsmem, SHARED_POISON, L->shared_mem);
+}
+
 static void worker_main(cudl_launch* L, int index) {
     Worker w;
     w.L = L;
-    w.stack_top = (unsigned long long)__builtin_frame_address(0);
+    {
+#if defined(__APPLE__)
+        w.stack_lo = (unsigned long long)pthread_get_stackaddr_np(pthread_self()) - pthread_get_stacksize_np(pthread_self());
+#else
+        pthread_attr_t attr;
+        void* lo = nullptr;
+        size_t len = 0;
+        if (!pthread_getattr_np(pthread_self(), &attr)) {
+            if (!pthread_attr_getstack(&attr, &lo, &len)) w.stack_lo = (unsigned long long)lo;
+            pthread_attr_destroy(&attr);
+        }
+#endif
+    }
     t_w = &w;
     // Signals are handled on an alternate stack (a fault may come from a fiber at the end of its stack).
     size_t alt_size = 64 * 1024;
@@ -1119,6 +1348,7 @@ static void worker_main(cudl_launch* L, int index) {
         if (g_abort.load(std::memory_order_relaxed)) break;
         unsigned long long b = g_next_block.fetch_add(1);
         if (b >= nblocks) break;
+        if (L->reverse) b = nblocks - 1 - b;
         w.bid[0] = (unsigned)(b % L->grid[0]);
         w.bid[1] = (unsigned)((b / L->grid[0]) % L->grid[1]);
         w.bid[2] = (unsigned)(b / ((unsigned long long)L->grid[0] * L->grid[1]));
@@ -1127,6 +1357,9 @@ static void worker_main(cudl_launch* L, int index) {
         memcpy(info + 3, L->block, 12);
         memcpy(info + 6, L->grid, 12);
         info[9] = info[10] = info[11] = 0;
+        info[12] = (unsigned)L->reverse;
+        poison_shared(&w);
+        w.ub_ptr = nullptr;
         w.blin.store(b, std::memory_order_relaxed);
         w.epoch = 0;
         ck_block_begin(&w);
@@ -1192,8 +1425,10 @@ static unsigned long long signature(Worker* w) {
 static void watch(cudl_launch* L) {
     const double limit = watchdog_seconds();
     unsigned long long last = 0;
-    double still = 0, since_fire = -1;
+    double since_fire = -1;
     const double tick = 0.05;
+    // Measured on the clock, not counted in ticks: on a loaded machine a tick of the wait below lasts longer.
+    auto moved = std::chrono::steady_clock::now();
     for (;;) {
         {
             std::unique_lock<std::mutex> lk(g_live_mu);
@@ -1212,9 +1447,9 @@ static void watch(cudl_launch* L) {
         unsigned long long sig = 0;
         for (int i = 0, n = g_pool_n.load(); i < n; i++)
             if (g_wk[i]) sig = sig * 31 + signature(g_wk[i]);
-        if (sig != last) { last = sig; still = 0; continue; }
-        still += tick;
-        if (still < limit) continue;
+        const auto now = std::chrono::steady_clock::now();
+        if (sig != last) { last = sig; moved = now; continue; }
+        if (std::chrono::duration<double>(now - moved).count() < limit) continue;
         Worker* w = nullptr;
         for (int i = 0, n = g_pool_n.load(); i < n && !w; i++) w = g_wk[i];
         if (!w) continue;

@@ -88,6 +88,37 @@ def test_shared_bank_conflicts(stride, ways):
     assert c.shared_ways("store") == 1.0  # s[k], k = threadIdx.x + j * blockDim.x: consecutive words
 
 
+SHARED_8 = r"""
+// Lane i reads 8 bytes (a float2, or a double) at byte offset i * stride of a shared array.
+extern "C" __global__ void shared_float2(float* out, int stride) {
+    __shared__ __align__(16) float s[32 * 64];
+    for (int k = threadIdx.x; k < 32 * 64; k += blockDim.x) s[k] = 1.0f;
+    __syncthreads();
+    float2 v = *reinterpret_cast<const float2*>(reinterpret_cast<const char*>(s) + threadIdx.x * stride);
+    out[threadIdx.x] = v.x + v.y;
+}
+extern "C" __global__ void shared_double(double* out, int stride) {
+    __shared__ double d[32 * 32];
+    for (int k = threadIdx.x; k < 32 * 32; k += blockDim.x) d[k] = 1.0;
+    __syncthreads();
+    out[threadIdx.x] = *reinterpret_cast<const double*>(reinterpret_cast<const char*>(d) + threadIdx.x * stride);
+}
+"""
+
+
+@pytest.mark.skipif(cudl.on_gpu(), reason="raw source kernels are counted on the emulator backend")
+@pytest.mark.parametrize("name, dtype", [("shared_float2", np.float32), ("shared_double", np.float64)])
+@pytest.mark.parametrize("stride, wavefronts, ways", [(8, 2.0, 1.0), (16, 4.0, 2.0), (256, 32.0, 16.0)])
+def test_shared_8_byte_loads(name, dtype, stride, wavefronts, ways):
+    """8-byte loads by a warp: 256 bytes, two wavefronts of 32 banks at best. Consecutive lanes, consecutive 8
+    bytes: conflict-free (1-way, not 2-way); stride 16 bytes: lanes i and i + 8 share banks (2-way); stride 256:
+    every lane on the same two banks (16-way)."""
+    c = cudl.counters(cudl.load(SHARED_8, name), 1, 32, (np.zeros(32, dtype), stride))
+    assert c.shared_wavefronts_per_request("load") == wavefronts
+    assert c.shared_ways("load") == ways
+    assert c.shared_conflicts_per_request("load") == wavefronts - 2.0
+
+
 @pytest.mark.skipif(cudl.on_gpu(), reason="raw source kernels are counted on the emulator backend")
 def test_work_balance_and_last(host):
     n, x, _ = host

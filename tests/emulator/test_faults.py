@@ -178,8 +178,20 @@ def test_integer_division_by_zero_is_reported():
 
 
 def test_stack_overflow_is_reported():
-    with pytest.raises(cudl.KernelFault, match="stack"):
+    with pytest.raises(cudl.KernelFault, match=r"^stack overflow of thread \(0,0,0\) of block \(0,0,0\)"):
         cudl.load(MORE, "deep_stack")(1, 32, (np.zeros(32, np.float32),))
+
+
+def test_stack_overflow_of_a_kernel_without_barriers_is_reported():
+    """Threads without barriers run on the worker thread's own stack (8 MiB by default): 32 MiB of locals overflow
+    it into the guard page below it, which the fault handler tells apart from an out-of-bounds access."""
+    src = r"""extern "C" __global__ void huge_locals(float* y) {
+        volatile float big[1 << 23];
+        for (int i = 0; i < (1 << 23); i += 1024) big[i] = (float)i;
+        y[threadIdx.x] = big[threadIdx.x * 1024];
+    }"""
+    with pytest.raises(cudl.KernelFault, match=r"^stack overflow of thread \(0,0,0\) of block \(0,0,0\)"):
+        cudl.load(src, "huge_locals")(1, 32, (np.zeros(32, np.float32),))
 
 
 def test_parallel_compiles_share_the_cache(tmp_path):
@@ -204,3 +216,51 @@ def test_math_h_macros_are_not_defined_as_on_nvrtc():
     src = 'extern "C" __global__ void k(float* x) { x[0] = -INFINITY; }'
     with pytest.raises(cudl.errors.CompileError, match="INFINITY"):
         cudl.load(src, "k")
+
+
+SHUFFLES = r"""
+extern "C" __global__ void half_mask_after_full(const float* x, float* out) {
+    float v = x[threadIdx.x];
+    v += __shfl_xor_sync(0xffffffff, v, 16);   // every lane
+    v += __shfl_xor_sync(0x0000ffff, v, 8);    // lanes 16-31 call it too, but the mask leaves them out
+    v += __shfl_xor_sync(0xffffffff, v, 4);
+    out[threadIdx.x] = v;
+}
+extern "C" __global__ void lanes_wait_elsewhere(const float* x, float* out) {
+    float v = x[threadIdx.x];
+    if (threadIdx.x % 32 < 16) v = __shfl_sync(0xffffffff, v, 0);   // names lanes 16-31 ...
+    __syncthreads();                                                // ... which wait here
+    out[threadIdx.x] = v;
+}
+"""
+
+
+def _line(src: str, text: str) -> int:
+    found = [i + 1 for i, ln in enumerate(src.split("\n")) if text in ln]
+    assert len(found) == 1, (text, found)
+    return found[0]
+
+
+def test_partial_mask_is_reported_at_its_own_line():
+    """Exercise 7's mistake: a 0x0000ffff mask on the line after a full-mask shuffle, called by all 32 lanes.
+    It used to be reported against the full-mask shuffle the first lanes had gone on to (or the line before);
+    a lane that calls a warp primitive with a mask that leaves it out is the error, at that line."""
+    with pytest.raises(cudl.KernelFault) as e:
+        cudl.load(SHUFFLES, "half_mask_after_full")(1, 32, (np.ones(32, np.float32), np.zeros(32, np.float32)))
+    line = _line(SHUFFLES, "0x0000ffff")
+    assert str(e.value).startswith(
+        f"__shfl_xor_sync at <kernel source>:{line}: mask 0x0000ffff does not name lane 16 of warp 0, which calls "
+        "it (every lane that calls a warp primitive must be in its mask), in thread (16,0,0) of block (0,0,0)"), e.value
+
+
+def test_stuck_shuffle_names_its_mask_and_the_lanes_that_wait_elsewhere():
+    """The lanes a mask names that wait at another primitive keep the shuffle from completing: the message names
+    the mask, those lanes and where they wait (a check that ignored lanes waiting elsewhere would let the shuffle
+    complete without them, and this kernel would pass)."""
+    with pytest.raises(cudl.KernelFault) as e:
+        cudl.load(SHUFFLES, "lanes_wait_elsewhere")(1, 64, (np.ones(64, np.float32), np.zeros(64, np.float32)))
+    shfl, bar = _line(SHUFFLES, "v = __shfl_sync(0xffffffff"), _line(SHUFFLES, "// ... which wait here")
+    assert str(e.value) == (
+        f"__shfl_sync at <kernel source>:{shfl} in warp 0 of block (0,0,0): mask 0xffffffff names lanes 16-31, which "
+        "did not reach it (every lane the mask names must call the same primitive, unless it has exited); lanes "
+        f"16-31 wait at __syncthreads() at <kernel source>:{bar}, in lanes_wait_elsewhere (<kernel source>)"), e.value

@@ -115,3 +115,61 @@ def test_unsupported_ptx_in_a_header_is_refused_by_name(tmp_path, monkeypatch):
     src = '#include "98-inc/fence.cuh"\nextern "C" __global__ void k(float* x) { fence(); x[0] = 1.f; }\n'
     with pytest.raises(cudl.EmulatorUnsupported, match=r"wgmma \(98-inc/fence\.cuh:2\)"):
         cudl.load(src, "k")
+
+
+# A quoted #include of a CUDA toolkit header: not under kernels_src/, so compilers find it on their include path
+# (NVRTC: -I of the toolkit; the emulator: its own cuda_fp16.h). It used to fail as a missing kernels_src/ file.
+QUOTED_TOOLKIT = r"""
+#include "cuda_fp16.h"
+#include "cuda_bf16.h"
+extern "C" __global__ void halve(const __half* x, __half* y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = __float2half(0.5f * __half2float(x[i]));
+}
+"""
+
+
+def test_quoted_toolkit_header_is_found():
+    x = np.arange(100, dtype=np.float16)
+    y = cudl.poisoned((100,), np.float16)
+    cudl.load(QUOTED_TOOLKIT, "halve")((1,), (128,), (cudl.xp.asarray(x), y, 100))
+    np.testing.assert_array_equal(cudl.to_numpy(y), x / 2)
+
+
+def test_quoted_toolkit_header_inside_a_shared_header(tmp_path, monkeypatch):
+    monkeypatch.setattr(cc, "KERNELS_DIR", tmp_path)
+    (tmp_path / "98-inc").mkdir()
+    (tmp_path / "98-inc" / "half_ops.cuh").write_text(
+        '#pragma once\n#include "cuda_fp16.h"\n__device__ float twice(__half h) { return 2.0f * __half2float(h); }\n')
+    src = ('#include "98-inc/half_ops.cuh"\n'
+           'extern "C" __global__ void k(float* x) { x[0] = twice(__float2half(1.25f)); }\n')
+    assert [name for name, _ in cc.local_includes(src, "<kernel source>")] == ["98-inc/half_ops.cuh"]
+    assert _value_of(src) == 2.5
+
+
+def test_toolkit_headers_are_not_local_files_but_typos_still_fail():
+    assert cc.local_includes(QUOTED_TOOLKIT, "<kernel source>") == []
+    assert cc.includes_digest(QUOTED_TOOLKIT, "<kernel source>") == ""
+    with pytest.raises(cudl.CompileError, match=r'<kernel source>:2: #include "cuda_fp16\.hh": no file'):
+        cc.local_includes('\n#include "cuda_fp16.hh"\n', "<kernel source>")
+
+
+def test_nvrtc_compiles_the_quoted_toolkit_header():
+    """The NVRTC of the GPU path (cuda-bindings, -I of the toolkit's headers) and NVRTC 12 (Colab's CuPy, the
+    compile tests) both take it: the emulator does not accept what a GPU would refuse."""
+    import sys
+    from pathlib import Path
+
+    try:
+        from cuda.bindings import nvrtc  # noqa: F401
+    except ImportError:
+        pytest.skip("cuda-bindings (NVRTC) is not installed")
+    if not cc.cuda_include_dirs():
+        pytest.skip("no CUDA toolkit headers for NVRTC")
+    assert "halve" in cc.nvrtc_resources(QUOTED_TOOLKIT, "<kernel source>", "sm_80")
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    import nvrtc12
+
+    if nvrtc12.library() is None:
+        pytest.skip("nvidia-cuda-nvrtc-cu12 is not installed")
+    nvrtc12.compile_cubin(QUOTED_TOOLKIT, "<kernel source>", "sm_75")

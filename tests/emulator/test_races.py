@@ -261,3 +261,68 @@ def test_book_reduction_kernels_raise_no_alarm():
                            "tests/kernels/test_04_reductions.py"], cwd=root, env=env, capture_output=True,
                           text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:]
+
+
+SECOND_READER = r"""
+extern "C" __global__ void write_after_two_reads(float* out) {
+    __shared__ float s[1];
+    if (threadIdx.x == 0) s[0] = 1.0f;
+    __syncthreads();
+    float v = 0.0f;
+    if (threadIdx.x == 0 || threadIdx.x == 32) v = s[0];   // two readers since the write: thread 0, then 32
+    __syncwarp();                                           // thread 0 waits for its warp; warp 1 runs meanwhile
+    if (threadIdx.x == 0) s[0] = v + 1.0f;                  // races with thread 32's read (not with its own)
+    __syncthreads();
+    out[threadIdx.x] = v;
+}
+"""
+
+
+def test_race_with_the_second_reader_is_reported(racecheck):
+    """A cell keeps two reads since its last write: here the first is the writer's own (no race), so only a
+    check of the second reader finds the race; a check that looked at one reader would pass this kernel."""
+    k = cudl.load(SECOND_READER, "write_after_two_reads")
+    with pytest.raises(cudl.KernelFault) as exc:
+        k(1, 64, (np.zeros(64, np.float32),))
+    lines = SECOND_READER.split("\n")
+    read = next(i + 1 for i, ln in enumerate(lines) if "two readers" in ln)
+    write = next(i + 1 for i, ln in enumerate(lines) if "races with thread 32" in ln)
+    assert str(exc.value).startswith(
+        f"data race on s[0] (shared memory): read by thread (32,0,0) of block (0,0,0) at <kernel source>:{read}, then "
+        f"write by thread (0,0,0) of block (0,0,0) at <kernel source>:{write}; no __syncthreads() between the two "
+        "accesses"), exc.value
+
+
+CP_ASYNC = r"""
+// Each thread copies 16 bytes into shared memory with cp.async and waits for its own copy; another thread's
+// copy is safe to read only after a __syncthreads() (`barrier` = 1).
+extern "C" __global__ void neighbour_after_wait(const float4* x, float4* y, int barrier) {
+    __shared__ float4 s[64];
+    unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(&s[threadIdx.x]));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" :: "r"(a), "l"(x + threadIdx.x));
+    asm volatile("cp.async.commit_group;\n" ::);
+    asm volatile("cp.async.wait_group 0;\n" ::);                                                // lands
+    if (barrier) __syncthreads();
+    if (threadIdx.x > 0) y[threadIdx.x] = s[threadIdx.x - 1];                                    // read
+}
+"""
+
+
+def test_missing_barrier_after_cp_async_wait_is_a_race(racecheck):
+    """wait_group waits for this thread's copies only: reading a neighbour's copy needs a barrier. The race check
+    sees a cp.async's destination written by the thread that issued it (when issued and when it lands: here the
+    landing, at the wait, is the last write)."""
+    x = np.arange(256, dtype=np.float32).reshape(64, 4)
+    y = np.zeros_like(x)
+    k = cudl.load(CP_ASYNC, "neighbour_after_wait")
+    k(1, 64, (x, y, 1))
+    np.testing.assert_array_equal(y[1:], x[:-1])
+    with pytest.raises(cudl.KernelFault) as exc:
+        k(1, 64, (x, y, 0))
+    lines = CP_ASYNC.split("\n")
+    lands = next(i + 1 for i, ln in enumerate(lines) if "// lands" in ln)
+    read = next(i + 1 for i, ln in enumerate(lines) if "// read" in ln)
+    assert re.match(rf"data race on s\[0\] \(shared memory\): write by thread \(0,0,0\) of block \(0,0,0\) at "
+                    rf"<kernel source>:{lands}, then read by thread \(1,0,0\) of block \(0,0,0\) at <kernel source>:"
+                    rf"{read}; threads of one warp, with no __syncwarp\(\) or __syncthreads\(\) between the two "
+                    r"accesses", str(exc.value)), exc.value

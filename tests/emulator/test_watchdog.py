@@ -65,6 +65,16 @@ def test_spin_wait_in_plain_loop_is_stopped(short_watchdog):
     assert "spin-wait" in msg and "CUDL_EMULATOR_WATCHDOG" in msg
 
 
+@pytest.mark.parametrize("limit", [1.0, 2.0])
+def test_fires_near_its_limit(limit, monkeypatch):
+    """At the limit, not at twice it, nor early: the time without progress is measured on the clock (a loaded
+    machine stretches the monitor's 50 ms ticks)."""
+    monkeypatch.setenv("CUDL_EMULATOR_WATCHDOG", str(limit))
+    msg, took = _stops("wait_for_later_thread", (np.zeros(1, np.int32), np.zeros(64, np.float32)))
+    assert f"no progress for {limit:g} s" in msg, msg
+    assert limit <= took < limit + 0.6, took
+
+
 def test_spin_wait_after_a_barrier_is_stopped(short_watchdog):
     msg, took = _stops("wait_after_barrier", (np.zeros(64, np.float32),))
     assert took < 6, took

@@ -14,6 +14,7 @@
 #include <float.h>
 #include <limits.h>
 #include <utility>
+#include <tuple>
 #include <type_traits>
 
 #define __CUDACC__ 1
@@ -45,6 +46,8 @@ uint64_t __cudl_rt_warp(int op, unsigned mask, uint64_t val, int arg, int width,
 void* __cudl_dynamic_smem(void);
 int __cudl_printf(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 void __cudl_rt_trap(const char* what, const char* file, int line) __attribute__((noreturn));
+void __cudl_rt_misaligned(const void* p, const char* what, unsigned align, int is_write, const char* file, int line)
+    __attribute__((noreturn));
 long long __cudl_rt_clock(void);
 }
 #define printf __cudl_printf
@@ -66,9 +69,9 @@ CUDL_VEC(signed char, char, 2, 4)
 CUDL_VEC(unsigned char, uchar, 2, 4)
 CUDL_VEC(short, short, 4, 8)
 CUDL_VEC(unsigned short, ushort, 4, 8)
-CUDL_VEC(long long, longlong, 16, 32)
-CUDL_VEC(unsigned long long, ulonglong, 16, 32)
-CUDL_VEC(double, double, 16, 32)
+CUDL_VEC(long long, longlong, 16, 16)  // the 4-vectors of 8-byte types: 16-byte aligned, as in CUDA's vector_types.h
+CUDL_VEC(unsigned long long, ulonglong, 16, 16)
+CUDL_VEC(double, double, 16, 16)
 #undef CUDL_VEC
 #undef CUDL_VEC2
 #undef CUDL_VEC3
@@ -185,14 +188,44 @@ static inline void __threadfence_system() { __atomic_thread_fence(__ATOMIC_SEQ_C
 static inline void __nanosleep(unsigned) {}
 static inline long long clock64() { return __cudl_rt_clock(); }
 static inline unsigned long long __globaltimer() { return (unsigned long long)__cudl_rt_clock(); }
-template <class T> static inline T __ldg(const T* p) { return *p; }
-template <class T> static inline T __ldcg(const T* p) { return *p; }
-template <class T> static inline T __ldcs(const T* p) { return *p; }
-template <class T> static inline T __ldlu(const T* p) { return *p; }
-template <class T> static inline T __ldca(const T* p) { return *p; }
-template <class T> static inline void __stcg(T* p, T v) { *p = v; }
-template <class T> static inline void __stcs(T* p, T v) { *p = v; }
-template <class T> static inline void __stwt(T* p, T v) { *p = v; }
+// Loads and stores with a cache hint: plain accesses here, checked for alignment at the caller's line (a GPU
+// faults on a misaligned one; g++'s -fsanitize=alignment would name this header's line instead).
+template <class T> static inline const char* __cudl_type_name(char* buf, size_t cap) {
+    const char* s = strstr(__PRETTY_FUNCTION__, "T = ");  // g++: "... [with T = float4]", clang: "[T = float4]"
+    s = s ? s + 4 : "?";
+    size_t n = strcspn(s, ";]");
+    snprintf(buf, cap, "%.*s", (int)n, s);
+    return buf;
+}
+template <class T> static inline void __cudl_check_align(const T* p, const char* how, int write, const char* file,
+                                                         int line) {
+    if ((uintptr_t)p % alignof(T)) {
+        char type[100], what[160];
+        snprintf(what, sizeof what, "%s of %s (%s)", write ? "write" : "read", __cudl_type_name<T>(type, sizeof type),
+                 how);
+        __cudl_rt_misaligned(p, what, alignof(T), write, file, line);
+    }
+}
+#define CUDL_LD(NAME) \
+    template <class T> static inline T __cudl_##NAME(const T* p, const char* file, int line) { \
+        __cudl_check_align(p, #NAME, 0, file, line); return *p; }
+#define CUDL_ST(NAME) \
+    template <class T> static inline void __cudl_##NAME(T* p, T v, const char* file, int line) { \
+        __cudl_check_align(p, #NAME, 1, file, line); *p = v; }
+CUDL_LD(__ldg) CUDL_LD(__ldcg) CUDL_LD(__ldcs) CUDL_LD(__ldlu) CUDL_LD(__ldca) CUDL_LD(__ldcv)
+CUDL_ST(__stcg) CUDL_ST(__stcs) CUDL_ST(__stwt) CUDL_ST(__stwb)
+#undef CUDL_LD
+#undef CUDL_ST
+#define __ldg(p) __cudl___ldg((p), __FILE__, __LINE__)
+#define __ldcg(p) __cudl___ldcg((p), __FILE__, __LINE__)
+#define __ldcs(p) __cudl___ldcs((p), __FILE__, __LINE__)
+#define __ldlu(p) __cudl___ldlu((p), __FILE__, __LINE__)
+#define __ldca(p) __cudl___ldca((p), __FILE__, __LINE__)
+#define __ldcv(p) __cudl___ldcv((p), __FILE__, __LINE__)
+#define __stcg(p, v) __cudl___stcg((p), (v), __FILE__, __LINE__)
+#define __stcs(p, v) __cudl___stcs((p), (v), __FILE__, __LINE__)
+#define __stwt(p, v) __cudl___stwt((p), (v), __FILE__, __LINE__)
+#define __stwb(p, v) __cudl___stwb((p), (v), __FILE__, __LINE__)
 #define __assume(x) ((void)0)
 
 // ------------------------------------------------------------------ math and intrinsics
@@ -365,12 +398,46 @@ static inline float atomicExch(float* p, float v) { return __cudl_atomic_f<float
 #include "cudl_ptx.h"
 
 // ------------------------------------------------------------------ entry points (used by generated code)
+// A pointer argument to a scalar type (float*, const __half*, int*, ...) is checked once per block for the
+// alignment of its type (a misaligned one faults at its first access on a GPU), then passed on as known to be
+// aligned: g++ then drops the per-access alignment checks of x[i] (-fsanitize=alignment), and keeps those of
+// wider accesses made through it (a float4 at x + off), which are the ones that can fail.
+template <class T> struct __cudl_scalar : std::integral_constant<bool, std::is_arithmetic<T>::value> {};
+template <> struct __cudl_scalar<__half> : std::true_type {};
+template <> struct __cudl_scalar<__nv_bfloat16> : std::true_type {};
+template <class T> static inline void __cudl_check_arg(const T&) {}
+template <class T> static inline void __cudl_check_arg(T* const& p) {
+    using U = std::remove_cv_t<T>;
+    if constexpr (__cudl_scalar<U>::value) {
+        if ((uintptr_t)p % alignof(U)) {
+            char type[100], what[160];
+            snprintf(what, sizeof what, "a %s* argument", __cudl_type_name<U>(type, sizeof type));
+            __cudl_rt_misaligned((const void*)(uintptr_t)p, what, alignof(U), 0, "its launch", 0);
+        }
+    }
+}
+template <class T> static inline T __cudl_arg(T v) { return v; }
+template <class T> static inline T* __cudl_arg(T* p) {
+    if constexpr (__cudl_scalar<std::remove_cv_t<T>>::value)
+        return (T*)__builtin_assume_aligned((const void*)(uintptr_t)p, alignof(std::remove_cv_t<T>));
+    else
+        return p;
+}
 template <class F> struct __cudl_sig;
 template <class... P> struct __cudl_sig<void (*)(P...)> {
-    template <void (*F)(P...), size_t... I> static inline void call(void** a, std::index_sequence<I...>) {
-        F(*reinterpret_cast<std::remove_cv_t<std::remove_reference_t<P>>*>(a[I])...);
+    // The arguments, copied once per block (a launch's arguments are the same for every thread): the plain loop
+    // then passes locals, which the compiler neither reloads nor checks for alignment thread after thread.
+    using Args = std::tuple<std::remove_cv_t<std::remove_reference_t<P>>...>;
+    template <size_t... I> static inline Args args(void** a, std::index_sequence<I...>) {
+        Args v(*reinterpret_cast<std::remove_cv_t<std::remove_reference_t<P>>*>(a[I])...);
+        (__cudl_check_arg(std::get<I>(v)), ...);
+        return v;
     }
-    template <void (*F)(P...)> static inline void call(void** a) { call<F>(a, std::index_sequence_for<P...>()); }
+    static inline Args args(void** a) { return args(a, std::index_sequence_for<P...>()); }
+    template <void (*F)(P...), size_t... I> static inline void call(Args& v, std::index_sequence<I...>) {
+        F(__cudl_arg(std::get<I>(v))...);
+    }
+    template <void (*F)(P...)> static inline void call(Args& v) { call<F>(v, std::index_sequence_for<P...>()); }
 };
 // info: blockIdx[3], blockDim[3], gridDim[3], threadIdx[3]
 static inline void __cudl_set_block(const unsigned* info) {
@@ -378,23 +445,36 @@ static inline void __cudl_set_block(const unsigned* info) {
     blockDim = dim3(info[3], info[4], info[5]);
     gridDim = dim3(info[6], info[7], info[8]);
 }
-// All threads of one block in a plain loop (kernels without barriers or warp primitives).
+// All threads of one block in a plain loop (kernels without barriers or warp primitives); info[12]: in reverse
+// order (CUDL_EMULATOR_SCHEDULE=reverse).
 template <class S, S F> static inline void __cudl_run_block(void** a, const unsigned* info) {
     __cudl_set_block(info);
     const unsigned bx = info[3], by = info[4], bz = info[5];
-    for (unsigned z = 0; z < bz; z++)
-        for (unsigned y = 0; y < by; y++)
-            for (unsigned x = 0; x < bx; x++) {
-                threadIdx = uint3{x, y, z};
-                __cudl_sig<S>::template call<F>(a);
-            }
+    typename __cudl_sig<S>::Args v = __cudl_sig<S>::args(a);
+    // threadIdx field by field: a uint3 built on the stack and copied as 8 + 4 bytes stalls on store forwarding
+    if (!info[12]) {
+        for (unsigned z = 0; z < bz; z++)
+            for (unsigned y = 0; y < by; y++)
+                for (unsigned x = 0; x < bx; x++) {
+                    threadIdx.x = x, threadIdx.y = y, threadIdx.z = z;
+                    __cudl_sig<S>::template call<F>(v);
+                }
+    } else {
+        for (unsigned z = bz; z-- > 0;)
+            for (unsigned y = by; y-- > 0;)
+                for (unsigned x = bx; x-- > 0;) {
+                    threadIdx.x = x, threadIdx.y = y, threadIdx.z = z;
+                    __cudl_sig<S>::template call<F>(v);
+                }
+    }
 }
 // One thread, as a fiber (kernels with barriers or warp primitives).
 template <class S, S F> static inline void __cudl_run_thread(void** a, const unsigned* info) {
     __cudl_set_block(info);
     threadIdx = uint3{info[9], info[10], info[11]};
     __cudl_cp_reset();
-    __cudl_sig<S>::template call<F>(a);
+    typename __cudl_sig<S>::Args v = __cudl_sig<S>::args(a);
+    __cudl_sig<S>::template call<F>(v);
 }
 #define CUDL_ENTRY(I, ...) \
     extern "C" __attribute__((visibility("default"))) void __cudl_block_##I(void** a, const unsigned* info) { \

@@ -159,6 +159,8 @@ static inline void __cudl_mma(uint32_t* d, const uint32_t* a, int na, const uint
 // (which sees the same bytes through the 16-byte row reads).
 #if defined(__SANITIZE_THREAD__)
 extern "C" void __tsan_read16(void*);
+extern "C" void __tsan_read_range(void*, size_t);
+extern "C" void __tsan_write_range(void*, size_t);
 #define __CUDL_UNCOUNTED __attribute__((noinline, no_sanitize("thread")))
 #else
 #define __CUDL_UNCOUNTED
@@ -169,18 +171,20 @@ static __CUDL_UNCOUNTED uint32_t __cudl_ldmatrix_pair(const char* rowp, unsigned
     return (uint32_t)h << (16 * e);
 }
 static inline void __cudl_ldmatrix(uint32_t* d, int num, bool trans, uint64_t addr, const char* file, int line) {
+    if (__cudl_ptx_lin() % 32 < 8u * num) {  // this lane supplies a row address: 16 bytes, 16-byte aligned
+        char* row = __cudl_smem_ptr(addr);
+        if ((uintptr_t)row % 16) __cudl_rt_misaligned(row, "ldmatrix row read of 16 bytes", 16, 0, file, line);
 #if defined(__SANITIZE_THREAD__)
-    if (__cudl_ptx_lin() % 32 < 8u * num) __tsan_read16(__cudl_smem_ptr(addr));  // this lane's row
+        __tsan_read16(row);
 #endif
+    }
     uint64_t(*st)[CUDL_PTX_REGS] = __cudl_ptx_meet(&addr, 1, "ldmatrix", file, line);
     unsigned lane = __cudl_ptx_lin() % 32;
     for (int j = 0; j < num; j++) {
         uint32_t v = 0;
         for (int e = 0; e < 2; e++) {
             unsigned row = trans ? 2 * (lane % 4) + e : lane / 4, col = trans ? lane / 4 : 2 * (lane % 4) + e;
-            const char* rowp = __cudl_smem_ptr(st[8 * j + row][0]);
-            if ((uintptr_t)rowp % 16) __cudl_rt_trap("ldmatrix: a row address is not 16-byte aligned", file, line);
-            v |= __cudl_ldmatrix_pair(rowp, col, e);
+            v |= __cudl_ldmatrix_pair(__cudl_smem_ptr(st[8 * j + row][0]), col, e);
         }
         d[j] = v;
     }
@@ -203,7 +207,9 @@ static inline uint32_t __cudl_movmatrix(uint32_t a, const char* file, int line) 
 // ------------------------------------------------------------------ cp.async
 // Deferred like on the GPU: cp.async reads the source now and poisons the destination (0xff bytes: NaN in
 // f16/f32), the copy lands when cp.async.wait_group / wait_all retires its group. A kernel that reads the
-// tile before waiting sees NaN, as it may see stale data on a GPU. Pending copies are per thread.
+// tile before waiting sees NaN, as it may see stale data on a GPU. Pending copies are per thread. The race
+// check sees the poisoning and the landing as writes by the issuing thread (a read by another thread that
+// no __syncthreads() separates from them is a race), and the source read at issue.
 struct __cudl_cp { char* dst; int n, group; unsigned char data[16]; };
 static thread_local std::vector<__cudl_cp> __cudl_cp_q[1024];
 static thread_local int __cudl_cp_group[1024];
@@ -212,18 +218,29 @@ static inline void __cudl_cp_reset() {  // at the start of every thread (prelude
     __cudl_cp_q[lin].clear();
     __cudl_cp_group[lin] = 0;
 }
-static inline void __cudl_cp_async(uint64_t dst_addr, const void* src, int n, int src_size) {
-    if (n != 4 && n != 8 && n != 16) __cudl_rt_trap("cp.async copies 4, 8 or 16 bytes", __FILE__, __LINE__);
+static inline void __cudl_cp_async(uint64_t dst_addr, const void* src, int n, int src_size, const char* file,
+                                   int line) {
+    if (n != 4 && n != 8 && n != 16) __cudl_rt_trap("cp.async copies 4, 8 or 16 bytes", file, line);
     unsigned lin = __cudl_ptx_lin();
     __cudl_cp e;
     e.dst = __cudl_smem_ptr(dst_addr);
-    if ((uintptr_t)e.dst % n || (src_size > 0 && (uintptr_t)src % n))
-        __cudl_rt_trap("cp.async: misaligned address (source and destination must be aligned to the copy size)",
-                       __FILE__, __LINE__);
+    // Both addresses aligned to the copy size (PTX ISA, cp.async), or the GPU faults.
+    static const char* what[2][3] = {{"cp.async of 4 bytes (its shared destination)", "cp.async of 8 bytes (its shared "
+                                      "destination)", "cp.async of 16 bytes (its shared destination)"},
+                                     {"cp.async of 4 bytes (its global source)", "cp.async of 8 bytes (its global "
+                                      "source)", "cp.async of 16 bytes (its global source)"}};
+    const int k = n == 4 ? 0 : n == 8 ? 1 : 2;
+    if ((uintptr_t)e.dst % n) __cudl_rt_misaligned(e.dst, what[0][k], (unsigned)n, 1, file, line);
+    if (src_size > 0 && (uintptr_t)src % n) __cudl_rt_misaligned(src, what[1][k], (unsigned)n, 0, file, line);
     e.n = n;
     e.group = __cudl_cp_group[lin];
     memset(e.data, 0, sizeof e.data);
-    if (src_size > 0) memcpy(e.data, src, (size_t)(src_size < n ? src_size : n));  // the rest is zero-filled
+    const size_t got = (size_t)(src_size < n ? src_size : n);
+#if defined(__SANITIZE_THREAD__)
+    if (src_size > 0) __tsan_read_range((void*)src, got);
+    __tsan_write_range(e.dst, (size_t)n);
+#endif
+    if (src_size > 0) memcpy(e.data, src, got);  // the rest is zero-filled
     memset(e.dst, 0xff, (size_t)n);
     __cudl_cp_q[lin].push_back(e);
 }
@@ -235,14 +252,22 @@ static inline void __cudl_cp_wait(int keep, bool all = false) {
     std::vector<__cudl_cp>& q = __cudl_cp_q[lin];
     size_t kept = 0;
     for (size_t i = 0; i < q.size(); i++)
-        if (q[i].group < limit) memcpy(q[i].dst, q[i].data, (size_t)q[i].n);
-        else q[kept++] = q[i];
+        if (q[i].group < limit) {
+#if defined(__SANITIZE_THREAD__)
+            __tsan_write_range(q[i].dst, (size_t)q[i].n);
+#endif
+            memcpy(q[i].dst, q[i].data, (size_t)q[i].n);
+        } else {
+            q[kept++] = q[i];
+        }
     q.resize(kept);
     CUDL_MEMBAR();
 }
 // The CUDA C++ wrappers of <cuda_pipeline.h> (zfill: bytes at the end of the copy that are zeroed).
-static inline void __pipeline_memcpy_async(void* dst, const void* src, size_t n, size_t zfill = 0) {
-    __cudl_cp_async((uint64_t)(uintptr_t)dst, src, (int)n, (int)(n - zfill));
+static inline void __cudl_pipeline_memcpy_async(const char* file, int line, void* dst, const void* src, size_t n,
+                                                size_t zfill = 0) {
+    __cudl_cp_async((uint64_t)(uintptr_t)dst, src, (int)n, (int)(n - zfill), file, line);
 }
+#define __pipeline_memcpy_async(...) __cudl_pipeline_memcpy_async(__FILE__, __LINE__, __VA_ARGS__)
 static inline void __pipeline_commit() { __cudl_cp_commit(); }
 static inline void __pipeline_wait_prior(size_t prior) { __cudl_cp_wait((int)prior); }

@@ -49,12 +49,18 @@ template <int M, int N, int K, class T, class P>
 static inline void load_matrix_sync(fragment<accumulator, M, N, K, T, void>& f, const P* p, unsigned ldm, layout_t l) {
     __load(f, p, ldm, l == mem_col_major);
 }
+#if defined(__SANITIZE_THREAD__)
+extern "C" void __cudl_ck_init(const volatile void* p, size_t n);  // runtime.cpp: for the initcheck
+#endif
 template <int M, int N, int K, class T, class P>
 CUDL_WARP_COLLECTIVE static void store_matrix_sync(P* p, const fragment<accumulator, M, N, K, T, void>& f, unsigned ldm,
                                                   layout_t l) {
     for (int r = 0; r < M; r++)
         for (int c = 0; c < N; c++)
             p[l == mem_col_major ? (size_t)c * ldm + r : (size_t)r * ldm + c] = f.x[r * N + c];
+#if defined(__SANITIZE_THREAD__)
+    for (int i = 0; i < (l == mem_col_major ? N : M); i++) __cudl_ck_init(p + (size_t)i * ldm, sizeof(P) * (l == mem_col_major ? M : N));
+#endif
 }
 template <int M, int N, int K, class TA, class LA, class TB, class LB, class TC, class TD>
 static inline void mma_sync(fragment<accumulator, M, N, K, TD, void>& d, const fragment<matrix_a, M, N, K, TA, LA>& a,
