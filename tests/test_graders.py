@@ -19,9 +19,53 @@ from cudl.grade.extract import graded_sources
 
 _load_all()
 ROOT = Path(__file__).resolve().parents[1]
-MUTANTS = sorted((Path(__file__).parent / "mutants").rglob("*.cu"))
+# tests/mutants/NN-slug/<grader>__<mutation>.cu must be refused; <grader>__ok_<style>.cu are correct kernels
+# written another way (another launch shape, loop order, summation order) that must PASS.
+KERNELS = sorted((Path(__file__).parent / "mutants").rglob("*.cu"))
+MUTANTS = [p for p in KERNELS if "__ok_" not in p.name]
+RIGHT = [p for p in KERNELS if "__ok_" in p.name]
 ON_EMULATOR = os.environ.get("CUDL_BACKEND") != "gpu"
 ON_GPU = not ON_EMULATOR
+
+
+def _emulator_faults_on_misaligned_float4() -> bool:
+    """Whether this cudl's CPU emulator reports a float4 access that is not 16-byte aligned, as a GPU does."""
+    import numpy as np
+
+    import cudl
+    from cudl import KernelFault
+
+    k = cudl.load('extern "C" __global__ void probe(float* x) { reinterpret_cast<float4*>(x + 1)[0].x = 1.0f; }',
+                  "probe")
+    try:
+        k((1,), (1,), (np.zeros(8, np.float32),))
+    except KernelFault:
+        return True
+    return False
+
+
+def _emulator_needs(feature: str) -> bool:
+    from cudl.grade.checks import schedule_supported
+
+    probes = {"schedule": schedule_supported, "alignment": _emulator_faults_on_misaligned_float4}
+    return probes[feature]()
+
+
+def _skip_unless_this_backend_refuses(path: Path) -> None:
+    """A kernel's first comment lines may say what its refusal needs: `// grader-test: gpu-only (why)` (only a
+    GPU shows the fault, or only a GPU times it), or `// grader-test: emulator-needs schedule|alignment` (the
+    emulator refuses it once it runs threads in reverse order / checks the alignment of vector accesses)."""
+    for line in path.read_text().splitlines():
+        if not line.startswith("//"):
+            break
+        words = line[2:].split()
+        if words[:1] != ["grader-test:"]:
+            continue
+        if words[1] == "gpu-only" and ON_EMULATOR:
+            pytest.skip(f"{path.name}: refused on a GPU only: {' '.join(words[2:])}")
+        if words[1] == "emulator-needs" and ON_EMULATOR and not _emulator_needs(words[2]):
+            pytest.skip(f"{path.name}: the CPU emulator refuses it once it has {words[2]} support "
+                        "(cudl/emulator, helper emu)")
 
 
 def _solutions() -> list[tuple[str, str]]:
@@ -45,9 +89,21 @@ def test_grader_has_edge_cases_and_hint(name):
 def test_mutant_is_refused(path):
     name = path.name.split("__")[0]
     assert name in REGISTRY, f"{path.name}: no grader {name!r}"
+    _skip_unless_this_backend_refuses(path)
     verdict = run(name, path.read_text(), quiet=True)
     print(verdict.line)
     assert verdict.status in ("FAIL", "CRASH", "TIMEOUT", "SLOW"), verdict.line
+
+
+@pytest.mark.parametrize("path", RIGHT, ids=lambda p: f"{p.parent.name}/{p.stem}")
+def test_correct_kernel_in_another_style_passes(path):
+    """A grader that refuses a correct kernel is as wrong as one that passes a broken one."""
+    name = path.name.split("__")[0]
+    assert name in REGISTRY, f"{path.name}: no grader {name!r}"
+    verdict = run(name, path.read_text(), quiet=True)
+    print(verdict.line)
+    # a style may be slower than the solution: on a GPU only correctness is asked of it here
+    assert verdict.status in (("PASS", "SLOW") if ON_GPU else ("PASS",)), verdict.line
 
 
 @pytest.mark.parametrize("name,source", _solutions(), ids=lambda v: v if len(v) < 40 else "src")

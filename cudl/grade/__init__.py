@@ -30,9 +30,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-# (outputs, references) pairs a case returns, or (outputs, references, scale) triples; each is compared
-# with cudl.check.compare (scale: the size of the terms a result is a small difference of).
+# What a case returns: (output, reference) pairs, or (output, reference, scale) or (output, reference, scale,
+# rtol); each is compared with cudl.check.compare: |out - ref| <= rtol (|ref| + scale) elementwise. scale is
+# the size of the terms a result is a small difference or sum of (sum |terms|, per element or per row), rtol
+# the rounding error that computation allows relative to them (cudl.grade.checks); without them the grader's
+# rtol and rms(ref).
 Pairs = Sequence[tuple[Any, ...]]
+
+
+def check_pair(pair: tuple[Any, ...], rtol: float | None = None) -> Any:
+    """cudl.check.compare of one (out, ref[, scale[, rtol]]) pair; the pair's rtol wins over the grader's."""
+    from ..check import compare
+
+    out, ref, *rest = pair
+    scale = rest[0] if rest else None
+    return compare(out, ref, rtol=rest[1] if len(rest) > 1 else rtol, scale=scale)
 
 
 class Refuse(Exception):

@@ -41,9 +41,8 @@ class _Watched:
 def grade(name: str, source: str, send: Send, speed: bool = False) -> None:
     """Run grader `name` on `source` with this process's backend and report each step through `send`."""
     import cudl
-    from cudl.check import compare
     from cudl.errors import CompileError, EmulatorUnsupported, KernelFault, KernelTimeout
-    from cudl.grade import REGISTRY, Refuse, _load_all
+    from cudl.grade import REGISTRY, Refuse, _load_all, check_pair
 
     _load_all()
     g = REGISTRY[name]
@@ -69,8 +68,8 @@ def grade(name: str, source: str, send: Send, speed: bool = False) -> None:
         try:
             pairs = g.run(loader(source, kernels), dict(case))
             cudl.sync()
-            for out, ref, *scale in pairs:  # (out, ref) or (out, ref, scale): see cudl.check.compare
-                c = compare(out, ref, rtol=g.rtol, scale=scale[0] if scale else None)
+            for pair in pairs:
+                c = check_pair(pair, g.rtol)
                 if not c.ok:
                     send("fail", (i, str(c)))
                     return
