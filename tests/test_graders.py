@@ -355,3 +355,165 @@ def test_slow_variant_is_correct(path):
     here and on a GPU's correctness cases), so that only its speed can make it SLOW."""
     verdict = run(path.name.split("__")[0], path.read_text(), quiet=True)
     assert verdict.status in (("PASS", "SLOW") if ON_GPU else ("PASS",)), verdict.line
+
+
+# ------------------------------------------------------------------------------ checks shared by the graders
+
+def test_same_bits_names_the_first_difference():
+    import numpy as np
+
+    from cudl.grade import Refuse
+    from cudl.grade.checks import same_bits
+
+    ref = np.array([0x3F80, 0x3FC0, 0x4000], np.uint16)  # bf16 1.0, 1.5, 2.0
+    same_bits(ref.copy(), ref, "out", "why")
+    got = ref.copy()
+    got[1] += 1
+    with pytest.raises(Refuse, match=r"1 of 3 elements of out differ .* \[1\]: got 1\.5078125 \(0x3fc1\), "
+                                     r"expected 1\.5 \(0x3fc0\): why"):
+        same_bits(got, ref, "out", "why")
+
+
+def test_deterministic_runs_again_in_reverse_order(monkeypatch):
+    """The second run happens with CUDL_EMULATOR_SCHEDULE=reverse (and only it); other bits are refused."""
+    import numpy as np
+
+    from cudl.grade import Refuse
+    from cudl.grade.checks import SCHEDULE_ENV, deterministic
+
+    monkeypatch.delenv(SCHEDULE_ENV, raising=False)
+    out = np.zeros(4, np.float32)
+    seen = []
+
+    def launch(order_matters: bool) -> None:
+        seen.append(os.environ.get(SCHEDULE_ENV))
+        backwards = os.environ.get(SCHEDULE_ENV) == "reverse"
+        # a sum whose rounding depends on the order: 1 + 2^-24 + 2^-24 in fp32
+        terms = [np.float32(1), np.float32(2**-24), np.float32(2**-24)]
+        total = np.float32(0)
+        for t in (terms[::-1] if backwards and order_matters else terms):
+            total = np.float32(total + t)
+        out[:] = total
+
+    launch(True)
+    with pytest.raises(Refuse, match=r"different bits: out\[0\] was 1\.0, then 1\.0000001192092896"):
+        deterministic(lambda: launch(True), [("out", out)], "why")
+    assert seen[-1] == "reverse" and SCHEDULE_ENV not in os.environ
+    launch(False)
+    deterministic(lambda: launch(False), [("out", out)], "why")
+
+
+def test_pair_rtol_overrides_the_graders():
+    import numpy as np
+
+    from cudl.grade import check_pair
+
+    out, ref = np.array([1.0 + 1e-6], np.float32), np.array([1.0])
+    assert check_pair((out, ref), 1e-5).ok
+    assert not check_pair((out, ref, np.array([0.0]), 1e-7), 1e-5).ok
+    assert check_pair((out, ref, np.array([100.0]), 1e-7), None).ok  # 1e-7 * (1 + 100) > 1e-6
+
+
+# ------------------------------------------------------------------------------ speed grading that cannot be gamed
+
+def _fake_bench(calls: int = 7):
+    """A cudl.bench stand-in that runs `fn` as the real one does (setup before every call), untimed."""
+    from cudl.bench import Timing
+
+    def bench(fn, setup=None, name="", **kwargs):
+        for _ in range(calls):
+            if setup is not None:
+                setup()
+            fn()
+        return Timing(name, 1.0, 1.0, 1.0, calls, times_ms=[1.0] * calls)
+    return bench
+
+
+def _record(g, source: str):
+    """The speed case's input sets of grader g for `source`, recorded as cudl.grade._child records them."""
+    import cudl
+    from cudl.grade._child import _Watched
+    from cudl.grade.speed import record_sets
+
+    kernels = {k: cudl.load(source, k) for k in g.kernels}
+    return record_sets(g, lambda rec: (lambda name: _Watched(kernels[name], lambda *a: None, rec)))
+
+
+@pytest.mark.skipif(ON_GPU, reason="runs the speed machinery on the emulator with a stand-in timer")
+def test_speed_replays_are_rotated_restored_and_checked(monkeypatch):
+    """Every timed run replays another input set than the run before, from buffers restored untimed, and the
+    student's outputs are checked after each run: a kernel that does half the work when it sees an input again
+    is caught; one that skips work for the input of its previous launch never gets to skip."""
+    import importlib
+
+    from cudl.grade.speed import Gamed, measure
+
+    monkeypatch.setattr(importlib.import_module("cudl.bench"), "bench", _fake_bench())
+    g = REGISTRY["bias_grad_tall"]
+    small = type(g)(**{**g.__dict__, "speed": dict(case=dict(rows=2000, cols=64), factor=2)})
+    solution = _record(small, dict(_solutions())["bias_grad_tall"])
+    assert len(solution) == 3 and all(len(s.initial) == 2 and s.checks for s in solution)  # dy, db; db checked
+    times = measure(solution, solution, rounds=1)
+    assert times == {"student": [1.0], "solution": [1.0]}
+    mutants = ROOT / "tests/mutants/09-training"
+    skips = _record(small, (mutants / "bias_grad_tall__skips_repeated_call.cu").read_text())
+    measure(skips, solution, rounds=2)  # rotated: never the input of the launch before, so it does the work
+    defers = _record(small, (mutants / "bias_grad_tall__defers_half.cu").read_text())
+    with pytest.raises(Gamed, match=r"run \d+ of a timing loop gave a wrong result"):
+        measure(defers, solution, rounds=1)
+
+
+def test_restore_puts_back_what_the_first_launch_saw():
+    import numpy as np
+
+    from cudl.grade.speed import Recorded
+
+    rec = Recorded()
+    x, y = np.arange(4, dtype=np.float32), np.full(4, np.nan, np.float32)
+    rec.before((x, y, 4))
+    y[:] = 2 * x  # the launch
+    rec.add(None, ((1,), (4,), (x, y, 4)), {})
+    rec.before((y, x))  # a second launch: y already known, nothing new kept
+    assert len(rec.initial) == 2
+    rec.expect([(y, 2.0 * np.arange(4)), (np.asarray(y).copy() * 0, np.zeros(4))], None)  # a host copy: not live
+    assert len(rec.checks) == 1
+    rec.restore()
+    assert np.isnan(y).all()
+    y[:] = 2 * x
+    rec.verify("run 1")
+    y[1] = 0
+    from cudl.grade.speed import Gamed
+
+    with pytest.raises(Gamed):
+        rec.verify("run 2")
+
+
+def test_physical_bound_and_the_impossible_verdict():
+    from cudl.grade.speed import physical_bound_ms
+
+    ceil = {"copy_gbps": 2000.0, "gemm_tflops": {"fp32": 50.0, "fp16": 500.0}}
+    assert physical_bound_ms(dict(case={}, factor=2), lambda: ceil) is None
+    assert physical_bound_ms(dict(case={}, factor=2, bytes=2e9), lambda: ceil) == pytest.approx(1.0)
+    assert physical_bound_ms(dict(case={}, factor=2, bytes=2e6, flops=1e12, compute="fp16"),
+                             lambda: ceil) == pytest.approx(2.0)  # the FLOPs bound the longer
+    g = REGISTRY["bias_grad_tall"]
+    fast = Verdict("PASS", "PASS bias_grad_tall: 5/5 cases",
+                   timing={"student": [0.004, 0.005, 0.004], "solution": [0.05, 0.05, 0.051], "bound_ms": 0.04})
+    v = _combine(g, [fast], "")
+    assert v.status == "FAIL" and "faster than this GPU can move its bytes" in v.line, v.line
+    ok = Verdict("PASS", "PASS bias_grad_tall: 5/5 cases",
+                 timing={"student": [0.05, 0.05, 0.05], "solution": [0.05, 0.05, 0.051], "bound_ms": 0.04})
+    assert _combine(g, [ok], "").line == "PASS bias_grad_tall: 5/5 cases"
+
+
+@pytest.mark.skipif(ON_EMULATOR, reason="speed is graded on a GPU only")
+def test_speed_tricks_are_refused_for_their_reason():
+    """On a GPU: skipping work for the previous launch's input gets timed at full work (SLOW); doing half of it
+    again fails the check after a timed run; copying a kept result is faster than the bytes allow (FAIL)."""
+    mutants = ROOT / "tests/mutants/09-training"
+    v = run("bias_grad_tall", (mutants / "bias_grad_tall__skips_repeated_call.cu").read_text(), quiet=True)
+    assert v.status == "SLOW", v.line
+    v = run("bias_grad_tall", (mutants / "bias_grad_tall__defers_half.cu").read_text(), quiet=True)
+    assert v.status == "FAIL" and "of a timing loop gave a wrong result" in v.line, v.line
+    v = run("bias_grad_tall", (mutants / "bias_grad_tall__caches_result.cu").read_text(), quiet=True)
+    assert v.status == "FAIL" and "faster than this GPU can" in v.line, v.line

@@ -169,7 +169,7 @@ def depthwise_nhwc_reference(x: np.ndarray, w: np.ndarray) -> np.ndarray:
                dict(N=1, H=16, W=16, C=64), dict(N=3, H=9, W=13, C=100), dict(N=8, H=56, W=56, C=144)],
         emulator_cases=[dict(N=1, H=1, W=1, C=1), dict(N=1, H=2, W=3, C=5), dict(N=2, H=7, W=5, C=33),
                         dict(N=1, H=16, W=16, C=64), dict(N=3, H=9, W=13, C=100), dict(N=1, H=12, W=10, C=96)],
-        speed=dict(case=dict(N=8, H=56, W=56, C=144), factor=2),
+        speed=dict(case=dict(N=8, H=56, W=56, C=144), factor=2, bytes=2 * 4 * 8 * 56 * 56 * 144 + 4 * 9 * 144),
         hint=["depthwise: output channel c reads input channel c only, 9 taps around (h, w) with zeros outside "
               "the image; in NHWC the channel is the fastest index, so neighbouring threads should take "
               "neighbouring channels of the same pixel (that is what makes the loads coalesced)",

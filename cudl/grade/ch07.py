@@ -94,7 +94,7 @@ def rmsnorm_backward(load: Any, case: dict[str, Any]) -> list[tuple[Any, Any]]:
 # ------------------------------------------------------------------------------ challenge: add + RMSNorm
 
 @grader("add_rmsnorm", kernels=["add_rmsnorm"], cases=CASES, emulator_cases=EMU_CASES,
-        speed=dict(case=dict(rows=4099, cols=4096), factor=2),
+        speed=dict(case=dict(rows=4099, cols=4096), factor=2, bytes=4 * (4 * 4099 * 4096 + 4096)),  # x res h y, w
         hint=["one warp per row, as in the chapter's fused kernels: the warp reads x and res once, writes the "
               "sum h (the next residual) and adds up h squared for the row in fp32; every lane then needs the "
               "row's total to scale its own columns",

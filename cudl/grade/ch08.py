@@ -140,7 +140,7 @@ VEC_BLOCK = 256
                dict(rows=1000, cols=1000), dict(rows=8192, cols=4096)],
         emulator_cases=[dict(rows=1, cols=1), dict(rows=3, cols=5), dict(rows=7, cols=24),
                         dict(rows=33, cols=100), dict(rows=50, cols=333), dict(rows=16, cols=2048)],
-        speed=dict(case=dict(rows=8192, cols=4096), factor=1.5),
+        speed=dict(case=dict(rows=8192, cols=4096), factor=1.5, bytes=2 * (3 * 8192 * 4096 + 4096)),  # x res out, bias
         hint=["out = x + bias + res is pure memory traffic: move 16 bytes (8 bf16) per load and per store, and "
               "convert to fp32 for the additions; the flat array of rows * cols elements need not be a "
               "multiple of 8, so the last thread finishes the tail one element at a time",

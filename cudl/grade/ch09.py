@@ -129,7 +129,7 @@ def bias_grad_tall_launch(rows: int, cols: int) -> tuple[tuple[int, int], tuple[
 
 
 @grader("bias_grad_tall", kernels=["bias_grad_tall"], cases=COL_CASES, emulator_cases=COL_EMU_CASES,
-        speed=dict(case=dict(rows=2**18, cols=96), factor=2),
+        speed=dict(case=dict(rows=2**18, cols=96), factor=2, bytes=4 * (2**18 * 96 + 96)),
         hint=["the grid has blocks along the rows too (blockIdx.y): each block sums its own share of the "
               "rows for its 32 columns, combines its 8 row lanes in shared memory, and adds its partial "
               "sum to db (zeroed before the launch) with atomicAdd",

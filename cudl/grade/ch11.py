@@ -145,7 +145,8 @@ ABT_TILE = 128  # hgemm_abt: 256 threads per block, a 128 x 128 tile of C each
                dict(M=1024, N=1024, K=1024), dict(M=2048, N=2048, K=2048)],
         emulator_cases=[dict(M=128, N=128, K=32), dict(M=256, N=128, K=64), dict(M=128, N=384, K=160),
                         dict(M=128, N=256, K=96), dict(M=256, N=256, K=32)],
-        speed=dict(case=dict(M=2048, N=2048, K=2048), factor=2.0),
+        speed=dict(case=dict(M=2048, N=2048, K=2048), factor=2.0, flops=2 * 2048**3, compute="fp16",
+                   bytes=2 * 2 * 2048 * 2048 + 4 * 2048 * 2048),
         hint=["B^T needs no transpose: B is stored N x K, so a tile of B is read like a tile of A (rows of "
               "K), and the mma's col-major B fragment (two k values of one column n) is a row of that tile: "
               "ldmatrix without .trans",

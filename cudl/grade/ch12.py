@@ -275,7 +275,9 @@ ATT_EMU_CASES = [*ATT_CASES[:4], dict(bh=2, S=300, causal=False), dict(bh=1, S=5
 
 
 @grader("attention_rows", kernels=["attention_rows"], cases=ATT_CASES, emulator_cases=ATT_EMU_CASES, rtol=1e-4,
-        speed=dict(case=dict(bh=8, S=2048, causal=True), factor=3),
+        # FLOPs: Q K^T and P V over the causal triangle, 2 per multiply-add, on CUDA cores (the fp32 peak)
+        speed=dict(case=dict(bh=8, S=2048, causal=True), factor=3, flops=2 * 2 * 8 * (2048 * 2049 // 2) * ATT_D,
+                   compute="fp32", bytes=4 * 4 * 8 * 2048 * ATT_D),
         hint=["one warp per query row: the 32 lanes take 32 keys at a time (lane j scores key k0 + j against "
               "the row's q, which every lane reads), then the warp merges the 32 scores into its running maximum "
               "and sum, and adds their weighted values to o (lane j owns o[j] and o[j + 32])",

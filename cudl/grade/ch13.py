@@ -212,7 +212,8 @@ def _plant_ties(w: np.ndarray, group: int, rng: np.random.Generator) -> None:
                dict(N=11008, K=4096), dict(N=4096, K=11008)],
         emulator_cases=[dict(N=1, K=256), dict(N=5, K=512), dict(N=37, K=1024), dict(N=9, K=4096),
                         dict(N=3, K=2816), dict(N=4, K=11008)],
-        speed=dict(case=dict(N=11008, K=4096), factor=1.5),
+        speed=dict(case=dict(N=11008, K=4096), factor=1.5,  # bytes: the packed weights, their scales, x and y
+                   bytes=11008 * 4096 // 2 + 4 * 11008 * 4096 // 128 + 2 * (4096 + 11008)),
         hint=["memory-bound: the time is the 0.5 byte per weight over the bandwidth, if each lane loads 16 "
               "bytes (32 weights) at a time and several such loads are in flight before the arithmetic",
               "the integer-to-float conversion is slow; instead OR a nibble (masked in place) into the bits "

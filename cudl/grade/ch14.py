@@ -109,7 +109,8 @@ RS_EMU_CASES = [dict(ranks=2, count=1, steps=1), dict(ranks=2, count=7, steps=1)
 
 
 @grader("ring_reduce_scatter_step", kernels=["ring_reduce_scatter_step"], cases=RS_CASES,
-        emulator_cases=RS_EMU_CASES, speed=dict(case=RS_CASES[-1], factor=2.0),
+        emulator_cases=RS_EMU_CASES,  # bytes: every element of one chunk per rank, read twice and written once
+        speed=dict(case=RS_CASES[-1], factor=2.0, bytes=12 * RS_CASES[-1]["count"]),
         hint=["blockIdx.y is the receiving rank r; at step s it receives chunk (r - 1 - s) mod n from rank r - 1 "
               "and adds it to its own copy of that chunk; in C, % of a negative number is negative",
               "c = ((r - 1 - step) % ranks + ranks) % ranks; the chunk is [c * count / ranks, (c + 1) * count / "
