@@ -517,3 +517,50 @@ def test_speed_tricks_are_refused_for_their_reason():
     assert v.status == "FAIL" and "of a timing loop gave a wrong result" in v.line, v.line
     v = run("bias_grad_tall", (mutants / "bias_grad_tall__caches_result.cu").read_text(), quiet=True)
     assert v.status == "FAIL" and "faster than this GPU can" in v.line, v.line
+
+
+@pytest.mark.skipif(ON_GPU, reason="drives the GPU-only speed path on the emulator with stand-ins")
+def test_grading_process_speed_path(monkeypatch):
+    """cudl.grade._child.grade's speed path, in this process: the cases on the emulator, then (as if on a GPU)
+    the recorded sets, the timing loops (a stand-in timer) and the physical bound from stand-in ceilings. The
+    solution ends with its timing and bound; a kernel that does half the work again fails after a timed run;
+    a median under the bound is a FAIL verdict."""
+    import importlib
+
+    import cudl
+    from cudl.grade import Grader, _child
+
+    g = REGISTRY["bias_grad_tall"]
+    fake = Grader(**{**g.__dict__, "name": "_bias_grad_small",
+                     "speed": dict(case=dict(rows=2000, cols=64), factor=2, bytes=4 * 2000 * 64),
+                     "solution": dict(_solutions())["bias_grad_tall"]})
+    monkeypatch.setitem(REGISTRY, "_bias_grad_small", fake)
+    monkeypatch.setattr(importlib.import_module("cudl.bench"), "bench", _fake_bench(5))
+    monkeypatch.setattr(importlib.import_module("cudl.ceilings"), "ceilings",
+                        lambda: {"copy_gbps": 0.512, "gemm_tflops": {}})  # 512 kB in 1 ms
+    done = {"flag": False}
+    monkeypatch.setattr(cudl, "on_gpu", lambda: done["flag"])
+
+    def grade(source: str) -> list:
+        messages = []
+
+        def send(kind, payload=None):
+            messages.append((kind, payload))
+            done["flag"] = done["flag"] or kind == "done"
+        done["flag"] = False
+        _child.grade("_bias_grad_small", source, send, speed=True)
+        return messages
+
+    msgs = grade(fake.solution)
+    kinds = [k for k, _ in msgs]
+    assert kinds[-2:] == ["timing", "end"] and "done" in kinds, msgs[-3:]
+    assert kinds[kinds.index("done"):].count("launch") == 2 * 3  # the speed case recorded 3 times for each kernel
+    timing = msgs[-2][1]
+    assert timing["student"] == [1.0] * 3 and timing["bound_ms"] == pytest.approx(1.0)
+    v = _combine(fake, [Verdict("PASS", "PASS _bias_grad_small: 5/5 cases", timing=timing)], "")
+    assert v.status == "PASS", v.line  # 1.0 ms against a bound of 1.0 ms
+    timing["bound_ms"] = 2.0
+    v = _combine(fake, [Verdict("PASS", "PASS _bias_grad_small: 5/5 cases", timing=timing)], "")
+    assert v.status == "FAIL" and "faster than this GPU" in v.line, v.line
+    msgs = grade((ROOT / "tests/mutants/09-training/bias_grad_tall__defers_half.cu").read_text())
+    assert msgs[-1][0] == "fail" and "of a timing loop gave a wrong result" in msgs[-1][1][1], msgs[-1]
