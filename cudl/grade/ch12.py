@@ -318,20 +318,24 @@ def _attention_bound(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool,
     A score is a sum of D products: off by sigma = (D + 2) scale ||q|| ||k|| U32 at most. A weight
     p_j = exp(s_j - m) is then off by delta_j = 2 sigma + |s_j - m| + 3 U32 relative (the two scores, the
     rounded difference, expf's 2 ulps), which moves O = sum p v / sum p by sum_j p_j delta_j (|v_j| + |O|) / l
-    at most; the two sums over up to S keys add 4 S U32 (sum p |v| / l + |O|)."""
+    at most (the |s_j - m| part bounded with max_j |v_j|); the two sums over up to S keys add
+    4 S U32 (sum p |v| / l + |O|)."""
     q64, k64, v64 = (a.astype(np.float64) for a in (q, k, v))
     S, d = q.shape[1], q.shape[2]
-    s = np.einsum("bid,bjd->bij", q64, k64, optimize=True) * scale
+    s = np.matmul(q64, k64.transpose(0, 2, 1))
+    s *= scale
     if causal:
-        s = np.where(np.triu(np.ones((S, S), bool), 1), -np.inf, s)
+        s[:, np.triu(np.ones((S, S), bool), 1)] = -np.inf
     m = s.max(axis=2, keepdims=True)
-    p = np.exp(s - m)
+    s -= m  # s - m <= 0 from here on
+    p = np.exp(s)
     p /= p.sum(axis=2, keepdims=True)  # the weights, normalised
-    o = np.einsum("bij,bjd->bid", p, v64, optimize=True)
+    o = np.matmul(p, v64)
     av = np.abs(v64)
-    w = np.einsum("bij,bjd->bid", p, av, optimize=True) + np.abs(o)  # sum p (|v| + |O|)
-    far = p * np.where(np.isfinite(s), np.abs(s - m), 0.0)  # p_j |s_j - m|: at most 1/e each
-    wf = np.einsum("bij,bjd->bid", far, av, optimize=True) + far.sum(axis=2, keepdims=True) * np.abs(o)
+    w = np.matmul(p, av) + np.abs(o)  # sum p (|v| + |O|)
+    s[np.isinf(s)] = 0.0  # masked keys have p = 0
+    far = -(p * s).sum(axis=2, keepdims=True)  # sum_j p_j |s_j - m|
+    wf = far * (av.max(axis=1, keepdims=True) + np.abs(o))
     norms_q, norms_k = np.linalg.norm(q64, axis=2), np.linalg.norm(k64, axis=2)
     sigma = (d + 2) * scale * norms_q * norms_k.max(axis=1, keepdims=True)  # [BH, S]
     return o, (2 * sigma + 3 + 4 * S)[..., None] * w + wf
