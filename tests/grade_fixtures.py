@@ -12,7 +12,8 @@ from cudl.grade.speed import solution_source
 _load_all()
 _g = REGISTRY["block_sum"]
 grader("block_sum_timed", kernels=_g.kernels, cases=_g.cases, emulator_cases=_g.emulator_cases, hint=_g.hints,
-       speed=dict(case=dict(n=2**24 + 3), factor=2.0), solution=solution_source("block_sum"))(_g.run)
+       speed=dict(case=dict(n=2**24 + 3), factor=2.0, bytes=4 * (2**24 + 3)),  # x (the partials: 1/256 of it)
+       solution=solution_source("block_sum"))(_g.run)
 
 # Correct, but one thread of each block adds its 256 elements one after another: tens of times slower.
 SERIAL_BLOCK_SUM = r"""

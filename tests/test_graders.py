@@ -19,9 +19,53 @@ from cudl.grade.extract import graded_sources
 
 _load_all()
 ROOT = Path(__file__).resolve().parents[1]
-MUTANTS = sorted((Path(__file__).parent / "mutants").rglob("*.cu"))
+# tests/mutants/NN-slug/<grader>__<mutation>.cu must be refused; <grader>__ok_<style>.cu are correct kernels
+# written another way (another launch shape, loop order, summation order) that must PASS.
+KERNELS = sorted((Path(__file__).parent / "mutants").rglob("*.cu"))
+MUTANTS = [p for p in KERNELS if "__ok_" not in p.name]
+RIGHT = [p for p in KERNELS if "__ok_" in p.name]
 ON_EMULATOR = os.environ.get("CUDL_BACKEND") != "gpu"
 ON_GPU = not ON_EMULATOR
+
+
+def _emulator_faults_on_misaligned_float4() -> bool:
+    """Whether this cudl's CPU emulator reports a float4 access that is not 16-byte aligned, as a GPU does."""
+    import numpy as np
+
+    import cudl
+    from cudl import KernelFault
+
+    k = cudl.load('extern "C" __global__ void probe(float* x) { reinterpret_cast<float4*>(x + 1)[0].x = 1.0f; }',
+                  "probe")
+    try:
+        k((1,), (1,), (np.zeros(8, np.float32),))
+    except KernelFault:
+        return True
+    return False
+
+
+def _emulator_needs(feature: str) -> bool:
+    from cudl.grade.checks import schedule_supported
+
+    probes = {"schedule": schedule_supported, "alignment": _emulator_faults_on_misaligned_float4}
+    return probes[feature]()
+
+
+def _skip_unless_this_backend_refuses(path: Path) -> None:
+    """A kernel's first comment lines may say what its refusal needs: `// grader-test: gpu-only (why)` (only a
+    GPU shows the fault, or only a GPU times it), or `// grader-test: emulator-needs schedule|alignment` (the
+    emulator refuses it once it runs threads in reverse order / checks the alignment of vector accesses)."""
+    for line in path.read_text().splitlines():
+        if not line.startswith("//"):
+            break
+        words = line[2:].split()
+        if words[:1] != ["grader-test:"]:
+            continue
+        if words[1] == "gpu-only" and ON_EMULATOR:
+            pytest.skip(f"{path.name}: refused on a GPU only: {' '.join(words[2:])}")
+        if words[1] == "emulator-needs" and ON_EMULATOR and not _emulator_needs(words[2]):
+            pytest.skip(f"{path.name}: the CPU emulator refuses it once it has {words[2]} support "
+                        "(cudl/emulator, helper emu)")
 
 
 def _solutions() -> list[tuple[str, str]]:
@@ -45,9 +89,21 @@ def test_grader_has_edge_cases_and_hint(name):
 def test_mutant_is_refused(path):
     name = path.name.split("__")[0]
     assert name in REGISTRY, f"{path.name}: no grader {name!r}"
+    _skip_unless_this_backend_refuses(path)
     verdict = run(name, path.read_text(), quiet=True)
     print(verdict.line)
     assert verdict.status in ("FAIL", "CRASH", "TIMEOUT", "SLOW"), verdict.line
+
+
+@pytest.mark.parametrize("path", RIGHT, ids=lambda p: f"{p.parent.name}/{p.stem}")
+def test_correct_kernel_in_another_style_passes(path):
+    """A grader that refuses a correct kernel is as wrong as one that passes a broken one."""
+    name = path.name.split("__")[0]
+    assert name in REGISTRY, f"{path.name}: no grader {name!r}"
+    verdict = run(name, path.read_text(), quiet=True)
+    print(verdict.line)
+    # a style may be slower than the solution: on a GPU only correctness is asked of it here
+    assert verdict.status in (("PASS", "SLOW") if ON_GPU else ("PASS",)), verdict.line
 
 
 @pytest.mark.parametrize("name,source", _solutions(), ids=lambda v: v if len(v) < 40 else "src")
@@ -299,3 +355,223 @@ def test_slow_variant_is_correct(path):
     here and on a GPU's correctness cases), so that only its speed can make it SLOW."""
     verdict = run(path.name.split("__")[0], path.read_text(), quiet=True)
     assert verdict.status in (("PASS", "SLOW") if ON_GPU else ("PASS",)), verdict.line
+
+
+# ------------------------------------------------------------------------------ checks shared by the graders
+
+def test_same_bits_names_the_first_difference():
+    import numpy as np
+
+    from cudl.grade import Refuse
+    from cudl.grade.checks import same_bits
+
+    ref = np.array([0x3F80, 0x3FC0, 0x4000], np.uint16)  # bf16 1.0, 1.5, 2.0
+    same_bits(ref.copy(), ref, "out", "why")
+    got = ref.copy()
+    got[1] += 1
+    with pytest.raises(Refuse, match=r"1 of 3 elements of out differ .* \[1\]: got 1\.5078125 \(0x3fc1\), "
+                                     r"expected 1\.5 \(0x3fc0\): why"):
+        same_bits(got, ref, "out", "why")
+
+
+def test_deterministic_runs_again_in_reverse_order(monkeypatch):
+    """The second run happens with CUDL_EMULATOR_SCHEDULE=reverse (and only it); other bits are refused."""
+    import numpy as np
+
+    from cudl.grade import Refuse
+    from cudl.grade.checks import SCHEDULE_ENV, deterministic
+
+    monkeypatch.delenv(SCHEDULE_ENV, raising=False)
+    out = np.zeros(4, np.float32)
+    seen = []
+
+    def launch(order_matters: bool) -> None:
+        seen.append(os.environ.get(SCHEDULE_ENV))
+        backwards = os.environ.get(SCHEDULE_ENV) == "reverse"
+        # a sum whose rounding depends on the order: 1 + 2^-24 + 2^-24 in fp32
+        terms = [np.float32(1), np.float32(2**-24), np.float32(2**-24)]
+        total = np.float32(0)
+        for t in (terms[::-1] if backwards and order_matters else terms):
+            total = np.float32(total + t)
+        out[:] = total
+
+    launch(True)
+    with pytest.raises(Refuse, match=r"different bits: out\[0\] was 1\.0, then 1\.0000001192092896"):
+        deterministic(lambda: launch(True), [("out", out)], "why")
+    assert seen[-1] == "reverse" and SCHEDULE_ENV not in os.environ
+    launch(False)
+    deterministic(lambda: launch(False), [("out", out)], "why")
+
+
+def test_pair_rtol_overrides_the_graders():
+    import numpy as np
+
+    from cudl.grade import check_pair
+
+    out, ref = np.array([1.0 + 1e-6], np.float32), np.array([1.0])
+    assert check_pair((out, ref), 1e-5).ok
+    assert not check_pair((out, ref, np.array([0.0]), 1e-7), 1e-5).ok
+    assert check_pair((out, ref, np.array([100.0]), 1e-7), None).ok  # 1e-7 * (1 + 100) > 1e-6
+
+
+# ------------------------------------------------------------------------------ speed grading that cannot be gamed
+
+def _fake_bench(calls: int = 7):
+    """A cudl.bench stand-in that runs `fn` as the real one does (setup before every call), untimed."""
+    from cudl.bench import Timing
+
+    def bench(fn, setup=None, name="", **kwargs):
+        for _ in range(calls):
+            if setup is not None:
+                setup()
+            fn()
+        return Timing(name, 1.0, 1.0, 1.0, calls, times_ms=[1.0] * calls)
+    return bench
+
+
+def _record(g, source: str):
+    """The speed case's input sets of grader g for `source`, recorded as cudl.grade._child records them."""
+    import cudl
+    from cudl.grade._child import _Watched
+    from cudl.grade.speed import record_sets
+
+    kernels = {k: cudl.load(source, k) for k in g.kernels}
+    return record_sets(g, lambda rec: (lambda name: _Watched(kernels[name], lambda *a: None, rec)))
+
+
+@pytest.mark.skipif(ON_GPU, reason="runs the speed machinery on the emulator with a stand-in timer")
+def test_speed_replays_are_rotated_restored_and_checked(monkeypatch):
+    """Every timed run replays another input set than the run before, from buffers restored untimed, and the
+    student's outputs are checked after each run: a kernel that does half the work when it sees an input again
+    is caught; one that skips work for the input of its previous launch never gets to skip."""
+    import importlib
+
+    from cudl.grade.speed import Gamed, measure
+
+    monkeypatch.setattr(importlib.import_module("cudl.bench"), "bench", _fake_bench())
+    g = REGISTRY["bias_grad_tall"]
+    small = type(g)(**{**g.__dict__, "speed": dict(case=dict(rows=2000, cols=64), factor=2)})
+    solution = _record(small, dict(_solutions())["bias_grad_tall"])
+    assert len(solution) == 3 and all(len(s.initial) == 2 and s.checks for s in solution)  # dy, db; db checked
+    times = measure(solution, solution, rounds=1)
+    assert times == {"student": [1.0], "solution": [1.0]}
+    mutants = ROOT / "tests/mutants/09-training"
+
+    def by_content(name: str, pointer_test: str) -> str:
+        """The mutant keyed by its input's first value only: the emulator copies arguments into new buffers at
+        every launch, so the pointer a kernel sees says nothing there."""
+        src = (mutants / name).read_text()
+        assert src.count(pointer_test) == 1
+        return src.replace(pointer_test, "")
+
+    skips = _record(small, by_content("bias_grad_tall__skips_repeated_call.cu",
+                                      "atomicAdd(&last_ptr, 0ull) == (u64)dy && "))
+    measure(skips, solution, rounds=2)  # rotated: never the input of the launch before, so it does the work
+    defers = _record(small, by_content("bias_grad_tall__defers_half.cu",
+                                       "atomicAdd(&seen_ptr[i], 0ull) == (u64)dy && "))
+    with pytest.raises(Gamed, match=r"run \d+ of a timing loop gave a wrong result"):
+        measure(defers, solution, rounds=1)
+
+
+def test_restore_puts_back_what_the_first_launch_saw():
+    import numpy as np
+
+    from cudl.grade.speed import Recorded
+
+    rec = Recorded()
+    x, y = np.arange(4, dtype=np.float32), np.full(4, np.nan, np.float32)
+    rec.before((x, y, 4))
+    y[:] = 2 * x  # the launch
+    rec.add(None, ((1,), (4,), (x, y, 4)), {})
+    rec.before((y, x))  # a second launch: y already known, nothing new kept
+    assert len(rec.initial) == 2
+    rec.expect([(y, 2.0 * np.arange(4)), (np.asarray(y).copy() * 0, np.zeros(4))], None)  # a host copy: not live
+    assert len(rec.checks) == 1
+    rec.restore()
+    assert np.isnan(y).all()
+    y[:] = 2 * x
+    rec.verify("run 1")
+    y[1] = 0
+    from cudl.grade.speed import Gamed
+
+    with pytest.raises(Gamed):
+        rec.verify("run 2")
+
+
+def test_physical_bound_and_the_impossible_verdict():
+    from cudl.grade.speed import physical_bound_ms
+
+    ceil = {"copy_gbps": 2000.0, "gemm_tflops": {"fp32": 50.0, "fp16": 500.0}}
+    assert physical_bound_ms(dict(case={}, factor=2), lambda: ceil) is None
+    assert physical_bound_ms(dict(case={}, factor=2, bytes=2e9), lambda: ceil) == pytest.approx(1.0)
+    assert physical_bound_ms(dict(case={}, factor=2, bytes=2e6, flops=1e12, compute="fp16"),
+                             lambda: ceil) == pytest.approx(2.0)  # the FLOPs bound the longer
+    g = REGISTRY["bias_grad_tall"]
+    fast = Verdict("PASS", "PASS bias_grad_tall: 5/5 cases",
+                   timing={"student": [0.004, 0.005, 0.004], "solution": [0.05, 0.05, 0.051], "bound_ms": 0.04})
+    v = _combine(g, [fast], "")
+    assert v.status == "FAIL" and "faster than this GPU can move its bytes" in v.line, v.line
+    ok = Verdict("PASS", "PASS bias_grad_tall: 5/5 cases",
+                 timing={"student": [0.05, 0.05, 0.05], "solution": [0.05, 0.05, 0.051], "bound_ms": 0.04})
+    assert _combine(g, [ok], "").line == "PASS bias_grad_tall: 5/5 cases"
+
+
+@pytest.mark.skipif(ON_EMULATOR, reason="speed is graded on a GPU only")
+def test_speed_tricks_are_refused_for_their_reason():
+    """On a GPU: skipping work for the previous launch's input gets timed at full work (SLOW); doing half of it
+    again fails the check after a timed run; copying a kept result is faster than the bytes allow (FAIL)."""
+    mutants = ROOT / "tests/mutants/09-training"
+    v = run("bias_grad_tall", (mutants / "bias_grad_tall__skips_repeated_call.cu").read_text(), quiet=True)
+    assert v.status == "SLOW", v.line
+    v = run("bias_grad_tall", (mutants / "bias_grad_tall__defers_half.cu").read_text(), quiet=True)
+    assert v.status == "FAIL" and "of a timing loop gave a wrong result" in v.line, v.line
+    v = run("bias_grad_tall", (mutants / "bias_grad_tall__caches_result.cu").read_text(), quiet=True)
+    assert v.status == "FAIL" and "faster than this GPU can" in v.line, v.line
+
+
+@pytest.mark.skipif(ON_GPU, reason="drives the GPU-only speed path on the emulator with stand-ins")
+def test_grading_process_speed_path(monkeypatch):
+    """cudl.grade._child.grade's speed path, in this process: the cases on the emulator, then (as if on a GPU)
+    the recorded sets, the timing loops (a stand-in timer) and the physical bound from stand-in ceilings. The
+    solution ends with its timing and bound; a kernel that does half the work again fails after a timed run;
+    a median under the bound is a FAIL verdict."""
+    import importlib
+
+    import cudl
+    from cudl.grade import Grader, _child
+
+    g = REGISTRY["bias_grad_tall"]
+    fake = Grader(**{**g.__dict__, "name": "_bias_grad_small",
+                     "speed": dict(case=dict(rows=2000, cols=64), factor=2, bytes=4 * 2000 * 64),
+                     "solution": dict(_solutions())["bias_grad_tall"]})
+    monkeypatch.setitem(REGISTRY, "_bias_grad_small", fake)
+    monkeypatch.setattr(importlib.import_module("cudl.bench"), "bench", _fake_bench(5))
+    monkeypatch.setattr(importlib.import_module("cudl.ceilings"), "ceilings",
+                        lambda: {"copy_gbps": 0.512, "gemm_tflops": {}})  # 512 kB in 1 ms
+    done = {"flag": False}
+    monkeypatch.setattr(cudl, "on_gpu", lambda: done["flag"])
+
+    def grade(source: str) -> list:
+        messages = []
+
+        def send(kind, payload=None):
+            messages.append((kind, payload))
+            done["flag"] = done["flag"] or kind == "done"
+        done["flag"] = False
+        _child.grade("_bias_grad_small", source, send, speed=True)
+        return messages
+
+    msgs = grade(fake.solution)
+    kinds = [k for k, _ in msgs]
+    assert kinds[-2:] == ["timing", "end"] and "done" in kinds, msgs[-3:]
+    assert kinds[kinds.index("done"):].count("launch") == 2 * 3  # the speed case recorded 3 times for each kernel
+    timing = msgs[-2][1]
+    assert timing["student"] == [1.0] * 3 and timing["bound_ms"] == pytest.approx(1.0)
+    v = _combine(fake, [Verdict("PASS", "PASS _bias_grad_small: 5/5 cases", timing=timing)], "")
+    assert v.status == "PASS", v.line  # 1.0 ms against a bound of 1.0 ms
+    timing["bound_ms"] = 2.0
+    v = _combine(fake, [Verdict("PASS", "PASS _bias_grad_small: 5/5 cases", timing=timing)], "")
+    assert v.status == "FAIL" and "faster than this GPU" in v.line, v.line
+    defers = (ROOT / "tests/mutants/09-training/bias_grad_tall__defers_half.cu").read_text()
+    msgs = grade(defers.replace("atomicAdd(&seen_ptr[i], 0ull) == (u64)dy && ", ""))  # see by_content above
+    assert msgs[-1][0] == "fail" and "of a timing loop gave a wrong result" in msgs[-1][1][1], msgs[-1]

@@ -30,9 +30,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-# (outputs, references) pairs a case returns, or (outputs, references, scale) triples; each is compared
-# with cudl.check.compare (scale: the size of the terms a result is a small difference of).
+# What a case returns: (output, reference) pairs, or (output, reference, scale) or (output, reference, scale,
+# rtol); each is compared with cudl.check.compare: |out - ref| <= rtol (|ref| + scale) elementwise. scale is
+# the size of the terms a result is a small difference or sum of (sum |terms|, per element or per row), rtol
+# the rounding error that computation allows relative to them (cudl.grade.checks); without them the grader's
+# rtol and rms(ref).
 Pairs = Sequence[tuple[Any, ...]]
+
+
+def check_pair(pair: tuple[Any, ...], rtol: float | None = None) -> Any:
+    """cudl.check.compare of one (out, ref[, scale[, rtol]]) pair; the pair's rtol wins over the grader's."""
+    from ..check import compare
+
+    out, ref, *rest = pair
+    scale = rest[0] if rest else None
+    return compare(out, ref, rtol=rest[1] if len(rest) > 1 else rtol, scale=scale)
 
 
 class Refuse(Exception):
@@ -51,8 +63,10 @@ class Grader:
     rtol: float | None = None
     time_limit: float | None = None  # seconds one launch may run (default LAUNCH_S)
     options: tuple[str, ...] = field(default_factory=tuple)
-    # Speed-graded exercises: dict(case={...}, factor=F): on a GPU, a correct kernel slower than F times the
-    # solution's time on that case gets SLOW instead of PASS.
+    # Speed-graded exercises: dict(case={...}, factor=F, bytes=B, flops=N, compute="fp32"): on a GPU, a correct
+    # kernel slower than F times the solution's time on that case gets SLOW instead of PASS, and one faster than
+    # the fewest bytes and FLOPs of the case allow (B over the measured copy bandwidth, N over the measured peak
+    # of `compute`) FAIL: it cannot have done the work (cudl/grade/speed.py).
     speed: dict[str, Any] | None = None
     solution: str | None = None  # the reference kernel source for speed; default: the one in solutions/
 
@@ -74,9 +88,10 @@ def grader(name: str, *, kernels: Sequence[str], cases: list[dict[str, Any]],
     """
     if emulator_cases is not None and len(emulator_cases) != len(cases):
         raise ValueError(f"grader {name}: the stored PASS line counts cases, so both backends need as many")
-    if speed is not None and not (set(speed) == {"case", "factor"} and speed["factor"] >= 1.5):
-        raise ValueError(f"grader {name}: speed=dict(case={{...}}, factor=F) with F >= 1.5 (noise must not "
-                         "make the solution SLOW)")
+    if speed is not None and not ({"case", "factor"} <= set(speed) <= {"case", "factor", "bytes", "flops", "compute"}
+                                  and speed["factor"] >= 1.5):
+        raise ValueError(f"grader {name}: speed=dict(case={{...}}, factor=F, bytes=B, flops=N, compute=...) with "
+                         "F >= 1.5 (noise must not make the solution SLOW)")
     hints = (hint,) if isinstance(hint, str) else tuple(hint)
 
     def wrap(fn: Callable) -> Callable:
@@ -115,7 +130,9 @@ LAUNCH_S = 10.0
 # and reported as TIMEOUT; this outer limit only bounds a kernel that progresses, slowly, under the race check.
 EMULATOR_LAUNCH_S = 60.0
 CASES_S = 300.0  # all cases together, references included: only against something pathological
-SPEED_S = 120.0  # timing the student's and the solution's kernels after the cases passed
+# After the cases passed: the speed case run 3 times more for each kernel on fresh inputs (references included),
+# then the timing loops, each run restored and checked (cudl/grade/speed.py).
+SPEED_S = 300.0
 
 
 def _cross_check_wanted() -> bool:
@@ -341,10 +358,16 @@ def _combine(g: Grader, verdicts: list[Verdict], skipped: str) -> Verdict:
             return emu
     v.line += skipped
     if v.timing and g.speed:
-        from .speed import is_slow
+        from .speed import IMPOSSIBLE, impossible, is_slow
 
-        stu, sol = v.timing["student"], v.timing["solution"]
-        if is_slow(stu, sol, g.speed["factor"]):
+        stu, sol, bound = v.timing["student"], v.timing["solution"], v.timing.get("bound_ms")
+        if impossible(stu, bound):
+            v.status = "FAIL"
+            v.line = (f"FAIL {g.name}: {min(stu):.3g} ms on case ({_describe(g.speed['case'])}) is faster than this "
+                      f"GPU can move its bytes or do its FLOPs ({bound:.3g} ms at the measured ceilings; below "
+                      f"{IMPOSSIBLE:g}x of that is impossible): the timed runs did not do the work (a result "
+                      "kept from an earlier call, or work skipped?)")
+        elif is_slow(stu, sol, g.speed["factor"]):
             v.status = "SLOW"
             v.line = (f"SLOW {g.name}: {min(stu):.3g} ms, solution {max(sol):.3g} ms (target <= "
                       f"{g.speed['factor']:g}x) on case ({_describe(g.speed['case'])}).")

@@ -19,9 +19,10 @@ Send = Callable[[str, Any], None]
 
 
 class _Watched:
-    """A kernel whose every launch is announced to the parent and waited for, so a hang has a deadline."""
+    """A kernel whose every launch is announced to the parent and waited for, so a hang has a deadline; with a
+    `record` (cudl.grade.speed.Recorded), its arrays are copied before the launch and the launch is kept."""
 
-    def __init__(self, kernel: Any, send: Send, record: list | None = None):
+    def __init__(self, kernel: Any, send: Send, record: Any = None):
         self.kernel, self.send, self.record = kernel, send, record
 
     def __getattr__(self, name: str) -> Any:  # num_regs, max_threads_per_block, ... of the kernel itself
@@ -30,20 +31,22 @@ class _Watched:
     def __call__(self, *args: Any, **kwargs: Any) -> None:
         import cudl
 
+        if self.record is not None:
+            launch_args = args[2] if len(args) > 2 else kwargs.get("args", ())
+            self.record.before(launch_args)
         self.send("launch", self.kernel.name)
         self.kernel(*args, **kwargs)
         cudl.sync()  # a GPU launch is asynchronous: a hang shows here, inside the announced window
         self.send("launched", None)
         if self.record is not None:
-            self.record.append((self.kernel, args, kwargs))
+            self.record.add(self.kernel, args, kwargs)
 
 
 def grade(name: str, source: str, send: Send, speed: bool = False) -> None:
     """Run grader `name` on `source` with this process's backend and report each step through `send`."""
     import cudl
-    from cudl.check import compare
     from cudl.errors import CompileError, EmulatorUnsupported, KernelFault, KernelTimeout
-    from cudl.grade import REGISTRY, Refuse, _load_all
+    from cudl.grade import REGISTRY, Refuse, _load_all, check_pair
 
     _load_all()
     g = REGISTRY[name]
@@ -57,7 +60,7 @@ def grade(name: str, source: str, send: Send, speed: bool = False) -> None:
         return
     send("compiled", None)
 
-    def loader(src: str, compiled: dict[str, Any], record: list | None = None) -> Callable[[str], Any]:
+    def loader(src: str, compiled: dict[str, Any], record: Any = None) -> Callable[[str], Any]:
         def load(kname: str) -> Any:
             k = compiled[kname] if kname in compiled else cudl.load(src, kname, options=g.options)
             return _Watched(k, send, record)
@@ -69,8 +72,8 @@ def grade(name: str, source: str, send: Send, speed: bool = False) -> None:
         try:
             pairs = g.run(loader(source, kernels), dict(case))
             cudl.sync()
-            for out, ref, *scale in pairs:  # (out, ref) or (out, ref, scale): see cudl.check.compare
-                c = compare(out, ref, rtol=g.rtol, scale=scale[0] if scale else None)
+            for pair in pairs:
+                c = check_pair(pair, g.rtol)
                 if not c.ok:
                     send("fail", (i, str(c)))
                     return
@@ -91,17 +94,28 @@ def grade(name: str, source: str, send: Send, speed: bool = False) -> None:
             return
     send("done", len(cases))
     if speed and g.speed and cudl.on_gpu():
-        from cudl.grade.speed import measure, solution_source
+        from cudl.grade.speed import Gamed, measure, physical_bound_ms, record_sets, solution_source
 
         ref_src = g.solution or solution_source(name)
         if ref_src is None:
             send("timing", None)
-        else:
-            ref_kernels = {k: cudl.load(ref_src, k, options=g.options) for k in g.kernels}
-            launches: dict[str, list] = {"student": [], "solution": []}
-            g.run(loader(source, kernels, launches["student"]), dict(g.speed["case"]))
-            g.run(loader(ref_src, ref_kernels, launches["solution"]), dict(g.speed["case"]))
-            send("timing", measure(launches["student"], launches["solution"]))
+            send("end", None)
+            return
+        i = g.cases.index(g.speed["case"]) if g.speed["case"] in g.cases else -1
+        ref_kernels = {k: cudl.load(ref_src, k, options=g.options) for k in g.kernels}
+
+        try:
+            timing: dict[str, Any] = measure(record_sets(g, lambda rec: loader(source, kernels, rec)),
+                                             record_sets(g, lambda rec: loader(ref_src, ref_kernels, rec),
+                                                         checked=False))
+        except (Gamed, Refuse) as exc:
+            send("fail", (i, str(exc)))
+            return
+        except KernelFault as exc:
+            send("crash", (i, str(exc)))
+            return
+        timing["bound_ms"] = physical_bound_ms(g.speed)
+        send("timing", timing)
     send("end", None)
 
 

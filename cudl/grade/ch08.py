@@ -13,7 +13,8 @@ from typing import Any
 import numpy as np
 
 import cudl
-from cudl.grade import Refuse, grader
+from cudl.grade import grader
+from cudl.grade.checks import bf16_round, deterministic, fp32_sum_rtol, same_bits
 from cudl.grade.guard import check_guard, guarded, guarded_output
 
 THREADS = 256  # gelu_tanh_bias_backward: threads per block, one column each
@@ -94,16 +95,41 @@ def column_sum(load: Any, case: dict[str, Any]) -> list[tuple[Any, Any]]:
     out, out_full = guarded_output(cols, fill=-9.0)
     load("column_sum")((_cdiv(cols, COLSUM_BLOCK[0]),), COLSUM_BLOCK, (g, out, rows, cols))
     check_guard(out_full, cols, "out", fill=-9.0)
-    first = cudl.to_numpy(out).copy()
-    out[...] = np.nan  # run again: a deterministic kernel gives the same bits
-    load("column_sum")((_cdiv(cols, COLSUM_BLOCK[0]),), COLSUM_BLOCK, (g, out, rows, cols))
-    if not np.array_equal(first, cudl.to_numpy(out), equal_nan=True):
-        raise Refuse("two runs on the same input gave different sums: the order of the additions must not "
-                     "depend on timing (no atomicAdd; one thread adds the 8 partial sums in a fixed order)")
-    return [(out, g_h.astype(np.float64).sum(axis=0))]
+    # run again, on the emulator with blocks and threads in reverse order: a deterministic kernel gives the same bits
+    deterministic(lambda: load("column_sum")((_cdiv(cols, COLSUM_BLOCK[0]),), COLSUM_BLOCK, (g, out, rows, cols)),
+                  [("out", out)], "the order of the additions must not depend on timing (no atomicAdd; one "
+                  "thread adds the 8 partial sums in a fixed order)")
+    g64 = g_h.astype(np.float64)
+    return [(out, g64.sum(axis=0), np.abs(g64).sum(axis=0), fp32_sum_rtol(rows))]
 
 
 # ------------------------------------------------------------------------------ challenge: bias + residual, bf16
+
+def _plant_ties(x: np.ndarray, r: np.ndarray, b: np.ndarray, rng: np.random.Generator) -> None:
+    """Set about one element in 16 (and the first) of the bf16 arrays x and r (rows x cols, uint16 bits) so that
+    x + b[col] + r is exactly halfway between two bf16 values, with every fp32 partial sum exact: rounding to
+    nearest even, half up, half away from zero or by truncation each give another answer there, and random
+    inputs almost never land on a tie."""
+    from cudl.check import bf16_to_float, float_to_bf16
+
+    rows, cols = x.shape
+    bias = bf16_to_float(b).astype(np.float64)
+    picked = rng.random((rows, cols)) < 1 / 16
+    picked.flat[0] = True
+    rr, cc = np.nonzero(picked)
+    for _ in range(64):  # redraw where x + r cannot hit the tie exactly with two bf16 values
+        if rr.size == 0:
+            return
+        # a tie between two neighbouring bf16 values in [1, 4) (either sign): 9 significant bits, the last one set
+        tie = np.ldexp(rng.integers(128, 256, rr.size) * 2 + 1, -8) * rng.choice([-1.0, 1.0, 2.0], rr.size)
+        rest = tie - bias[cc]  # = x + r exactly, in float64
+        xv = bf16_to_float(float_to_bf16(rest.astype(np.float32))).astype(np.float64)
+        rv = rest - xv
+        ok = (bf16_to_float(float_to_bf16(rv.astype(np.float32))) == rv) & (np.abs(rv) <= np.abs(xv))
+        x[rr[ok], cc[ok]] = float_to_bf16(xv[ok].astype(np.float32))
+        r[rr[ok], cc[ok]] = float_to_bf16(rv[ok].astype(np.float32))
+        rr, cc = rr[~ok], cc[~ok]
+
 
 VEC = 8  # bias_add_residual: bf16 elements per 16-byte vector, one vector per thread
 VEC_BLOCK = 256
@@ -114,7 +140,7 @@ VEC_BLOCK = 256
                dict(rows=1000, cols=1000), dict(rows=8192, cols=4096)],
         emulator_cases=[dict(rows=1, cols=1), dict(rows=3, cols=5), dict(rows=7, cols=24),
                         dict(rows=33, cols=100), dict(rows=50, cols=333), dict(rows=16, cols=2048)],
-        speed=dict(case=dict(rows=8192, cols=4096), factor=1.5),
+        speed=dict(case=dict(rows=8192, cols=4096), factor=1.5, bytes=2 * (3 * 8192 * 4096 + 4096)),  # x res out, bias
         hint=["out = x + bias + res is pure memory traffic: move 16 bytes (8 bf16) per load and per store, and "
               "convert to fp32 for the additions; the flat array of rows * cols elements need not be a "
               "multiple of 8, so the last thread finishes the tail one element at a time",
@@ -134,6 +160,7 @@ def bias_add_residual(load: Any, case: dict[str, Any]) -> list[tuple[Any, Any]]:
     x_h = float_to_bf16(rng.standard_normal((rows, cols)).astype(np.float32) * 3)
     r_h = float_to_bf16(rng.standard_normal((rows, cols)).astype(np.float32))
     b_h = float_to_bf16(rng.uniform(-1, 1, cols).astype(np.float32))
+    _plant_ties(x_h, r_h, b_h, rng)
     x, _ = guarded(x_h)  # the guard holds bf16 NaN (0xffff): reading past the end gives NaN
     res, _ = guarded(r_h)
     b, _ = guarded(b_h)
@@ -142,6 +169,11 @@ def bias_add_residual(load: Any, case: dict[str, Any]) -> list[tuple[Any, Any]]:
     load("bias_add_residual")((_cdiv(threads, VEC_BLOCK),), (VEC_BLOCK,), (x, b, res, out, rows, cols))
     cudl.sync()
     check_guard(out_full, n, "out")
-    ref = (bf16_to_float(x_h).astype(np.float64) + bf16_to_float(b_h).astype(np.float64)
-           + bf16_to_float(r_h).astype(np.float64))
-    return [(out, ref)]
+    # The spec fixes the bits: the fp32 sum (its two additions in any order), rounded once to nearest even.
+    xf, bf, rf = bf16_to_float(x_h), np.broadcast_to(bf16_to_float(b_h), (rows, cols)), bf16_to_float(r_h)
+    orders = [bf16_round((xf + bf) + rf), bf16_round((xf + rf) + bf), bf16_round(xf + (bf + rf))]
+    got = cudl.to_numpy(out).astype(np.uint16)
+    one = np.any([got == o for o in orders], axis=0)  # the order may differ from element to element
+    same_bits(np.where(one, orders[0], got), orders[0], "out", "the additions in fp32, then one rounding to "
+              "the nearest bf16 with ties to even: (u + 0x7fff + ((u >> 16) & 1)) >> 16")
+    return [(out, xf.astype(np.float64) + bf + rf)]

@@ -12,6 +12,7 @@ import numpy as np
 
 import cudl
 from cudl.grade import grader
+from cudl.grade.checks import U32, fp32_sum_rtol
 from cudl.grade.guard import check_guard, guarded, guarded_output
 
 GUARD = 64
@@ -40,8 +41,12 @@ def smoothed_cross_entropy(load: Any, case: dict[str, Any]) -> list[tuple[Any, A
     rows, cols = case["rows"], case["cols"]
     rng = np.random.default_rng()
     eps = np.float32(rng.uniform(0.05, 0.2))
-    # logits a few units apart, rows shifted by up to +-50: exp() overflows unless m is taken out
-    x_host = (rng.standard_normal((rows, cols)) * 3 + rng.uniform(-50, 50, (rows, 1))).astype(np.float32)
+    # rows shifted by up to +-50 and logits spread by 20 around that: in every case some logits are beyond 88.7,
+    # where exp() overflows fp32, unless m is taken out first (row 0: shifted by +50 and one logit at +110)
+    shift = rng.uniform(-50, 50, (rows, 1))
+    shift[0] = 50
+    x_host = (rng.standard_normal((rows, cols)) * 20 + shift).astype(np.float32)
+    x_host[0, rng.integers(cols)] = 110
     t_host = rng.integers(0, cols, rows).astype(np.int32)
     x, t = guarded(x_host, guard=GUARD)[0], guarded(t_host, fill=0, guard=GUARD)[0]
     loss, lbuf = guarded_output(rows, np.float32, guard=GUARD)
@@ -57,11 +62,20 @@ def smoothed_cross_entropy(load: Any, case: dict[str, Any]) -> list[tuple[Any, A
     ref_loss = m[:, 0] + np.log(s[:, 0]) - (1 - e) * xd[r, t_host] - e * xd.mean(axis=1)
     q = np.full((rows, cols), e / cols)
     q[r, t_host] += 1 - e
-    ref_dx = (np.exp(xd - m) / s - q) / rows
-    # the loss is a difference of terms of size |m| (up to ~60): its fp32 rounding is relative to them, and
-    # the loss itself may be ~0.1, so the tolerance is scaled by the terms (see cudl.check.compare)
-    terms = np.abs(m[:, 0]) + np.log(s[:, 0]) + np.abs(xd[r, t_host]) + e * np.abs(xd).mean(axis=1)
-    return [(loss, ref_loss, terms), (dx, ref_dx)]
+    p = np.exp(xd - m) / s
+    ref_dx = (p - q) / rows
+    # Error bounds, in units of U32 (cudl.grade.checks). softmax: exp of x - m (or of x - logsumexp) is off by
+    # about |x| + |m| + |logsumexp| U32 relative, the sum s by cols U32: so p by F = 3 max|x| + cols + 16 U32,
+    # relative to p (not to p - q, which may be a small difference: a correct kernel that writes p - q
+    # differently is off there by many ulps of the result); q - its rounding, the difference's, the division's
+    # by rows (or a product with 1 / rows, itself rounded) - by up to 8 U32 of q.
+    big = np.abs(xd).max(axis=1, keepdims=True)
+    dx_scale = ((3 * big + cols + 16) * p + 8 * q) / rows
+    # loss = m + log s - (1 - eps) x_t - eps mean(x): terms of size |m| and |x_t| (up to ~110) whose difference
+    # may be ~0.1, and the sum of x (cols terms)
+    loss_scale = (4 * (np.abs(m[:, 0]) + np.abs(xd[r, t_host]) + np.log(s[:, 0]) + 1)
+                  + (cols + 4) * (1 + e * np.abs(xd).mean(axis=1)))
+    return [(loss, ref_loss, loss_scale, U32), (dx, ref_dx, dx_scale, U32)]
 
 
 # ------------------------------------------------------------------------------ sgd_nesterov
@@ -115,7 +129,7 @@ def bias_grad_tall_launch(rows: int, cols: int) -> tuple[tuple[int, int], tuple[
 
 
 @grader("bias_grad_tall", kernels=["bias_grad_tall"], cases=COL_CASES, emulator_cases=COL_EMU_CASES,
-        speed=dict(case=dict(rows=2**18, cols=96), factor=2),
+        speed=dict(case=dict(rows=2**18, cols=96), factor=2, bytes=4 * (2**18 * 96 + 96)),
         hint=["the grid has blocks along the rows too (blockIdx.y): each block sums its own share of the "
               "rows for its 32 columns, combines its 8 row lanes in shared memory, and adds its partial "
               "sum to db (zeroed before the launch) with atomicAdd",
@@ -135,4 +149,5 @@ def bias_grad_tall(load: Any, case: dict[str, Any]) -> list[tuple[Any, Any]]:
     load("bias_grad_tall")(*bias_grad_tall_launch(rows, cols), (dy, db, rows, cols))
     cudl.sync()
     check_guard(whole, cols, "db")
-    return [(db, dy_host.astype(np.float64).sum(axis=0))]
+    d64 = dy_host.astype(np.float64)
+    return [(db, d64.sum(axis=0), np.abs(d64).sum(axis=0), fp32_sum_rtol(rows))]

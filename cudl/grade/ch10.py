@@ -118,7 +118,9 @@ DEC_EMU_CASES = [*DEC_CASES[:2], dict(batch=1, heads=4, max_len=300), dict(batch
 
 
 @grader("decode_attention", kernels=["decode_attention"], cases=DEC_CASES, emulator_cases=DEC_EMU_CASES,
-        speed=dict(case=dict(batch=4, heads=32, max_len=4096), factor=2), rtol=1e-3,
+        # bytes: the keys and values below lens[b], at the fewest (lens 1, 1, 1, max_len: see decode_attention)
+        speed=dict(case=dict(batch=4, heads=32, max_len=4096), factor=2, bytes=(4096 + 3) * 32 * HEAD_DIM * 4 * 2),
+        rtol=1e-3,
         hint=["one block per (head, sequence); the 8 warps split the keys (warp w takes keys w, w + 8, ...) and "
               "each keeps its own online softmax (m, l) and output accumulator; then the block merges the 8",
               "a warp scores one key at a time: lane j multiplies q[j] and q[j + 32] with k[key][j] and "

@@ -14,6 +14,7 @@ import numpy as np
 
 import cudl
 from cudl.grade import grader
+from cudl.grade.checks import U32, same_bits
 from cudl.grade.guard import check_guard, guarded
 
 D = "12-flash-attention"
@@ -165,12 +166,16 @@ NEG_INF = -np.inf
 ROW_BLOCK = 128  # online_softmax_tile: one thread per row, 128 threads per block
 
 
-def _tile_state(rng: np.random.Generator, rows: int, d: int, first: bool) -> tuple[np.ndarray, ...]:
-    """(m, l, o) of rows after some earlier tiles (or the empty state of the first tile): m up to a few
-    units either side of 0, l >= 1 (the maximum's own term), o as large as l times a typical v."""
+def _tile_state(rng: np.random.Generator, rows: int, d: int, first: bool,
+                center: np.ndarray | None = None) -> tuple[np.ndarray, ...]:
+    """(m, l, o) of rows after some earlier tiles (or the empty state of the first tile): m up to a few units
+    either side of `center` (per row; 0 by default), but 100 below it in one row in 8 and 100 above in another
+    (this tile's scores dwarf the old ones, or vanish beside them); l >= 1 (the maximum's own term), o as large
+    as l times a typical v."""
     if first:
         return np.full(rows, NEG_INF, np.float32), np.zeros(rows, np.float32), np.zeros((rows, d), np.float32)
-    m = rng.uniform(-4, 4, rows).astype(np.float32)
+    jump = rng.choice([-100.0, 0.0, 100.0], rows, p=[0.125, 0.75, 0.125])
+    m = ((0 if center is None else center) + jump + rng.uniform(-4, 4, rows)).astype(np.float32)
     l_sum = (1 + rng.uniform(0, 20, rows)).astype(np.float32)
     o = (rng.standard_normal((rows, d)) * l_sum[:, None]).astype(np.float32)
     return m, l_sum, o
@@ -194,11 +199,15 @@ def online_softmax_tile(load: Any, case: dict[str, Any]) -> list[tuple[Any, Any]
     """Update (m, l, o) of each row with one tile of scores s [rows, bc] and values v [bc, d]."""
     rows, bc, d = case["rows"], case["bc"], case["d"]
     rng = np.random.default_rng()
-    s_host = (rng.standard_normal((rows, bc)) * 3 + rng.uniform(-6, 6, (rows, 1))).astype(np.float32)
+    # scores of rows shifted by up to +-120: exp() of a score, or of a score minus a stale maximum, overflows
+    # or underflows fp32 unless the new maximum m' is taken out
+    center = rng.uniform(-120, 120, rows)
+    center[0] = 120
+    s_host = (rng.standard_normal((rows, bc)) * 3 + center[:, None]).astype(np.float32)
     s_host[rng.random((rows, bc)) < 0.2] = NEG_INF  # masked keys
     s_host[rng.random(rows) < 0.1] = NEG_INF  # rows whose keys are all masked in this tile
     v_host = rng.standard_normal((bc, d)).astype(np.float32)
-    m_host, l_host, o_host = _tile_state(rng, rows, d, case["first"])
+    m_host, l_host, o_host = _tile_state(rng, rows, d, case["first"], center)
     s, v = guarded(s_host)[0], guarded(v_host)[0]
     (m, mbuf), (l_dev, lbuf), (o, obuf) = guarded(m_host), guarded(l_host), guarded(o_host)
     load("online_softmax_tile")(((rows + ROW_BLOCK - 1) // ROW_BLOCK,), (ROW_BLOCK,),
@@ -214,9 +223,19 @@ def online_softmax_tile(load: Any, case: dict[str, Any]) -> list[tuple[Any, Any]
     p = np.exp(sd - base[:, None])
     l_ref = alpha * l_host + p.sum(axis=1)
     o_ref = alpha[:, None] * o_host + p @ v_host.astype(np.float64)
-    m_got = cudl.to_numpy(m)  # -infinity checked exactly (a tolerance would accept any value there)
-    return [(np.isneginf(m_got).astype(np.int32), (~live).astype(np.int32)),
-            (np.where(live, m_got, 0.0), np.where(live, m_new, 0.0)), (l_dev, l_ref), (o, o_ref)]
+    # Error bounds in units of U32: exp(a - b) is off by |a - b| + 3 U32 relative (the rounded difference, then
+    # expf's own 2 ulps); the sum of bc products adds 2 bc U32 of the sum of their sizes, and a kernel that
+    # rescales after every key (an online update inside the tile) up to 3 U32 per rescaling.
+    with np.errstate(invalid="ignore"):
+        ep = np.where(np.isfinite(sd), np.abs(sd - base[:, None]), 0.0) + 4 + 5 * bc
+        ea = np.where(np.isfinite(m0) & live, np.abs(m0 - base), 0.0) + 4 + 5 * bc
+    l_scale = ea * alpha * l_host + (ep * p).sum(axis=1)
+    o_scale = (ea * alpha)[:, None] * np.abs(o_host) + (ep * p) @ np.abs(v_host.astype(np.float64))
+    m_got, m_ref = cudl.to_numpy(m), np.where(live, m_new, NEG_INF).astype(np.float32)
+    same_bits(m_got.view(np.uint32), m_ref.view(np.uint32), "m", "m' = max(m, max_j s_j) is one of the fp32 "
+              "values it compares, -infinity when all of them are -infinity")
+    return [(m_got.view(np.int32), m_ref.view(np.int32)),
+            (l_dev, l_ref, l_scale, U32), (o, o_ref, o_scale, U32)]
 
 
 MASK_CASES = [dict(rows=1, cols=1, row0=0, col0=0, S=1), dict(rows=64, cols=64, row0=64, col0=64, S=4096),
@@ -256,7 +275,9 @@ ATT_EMU_CASES = [*ATT_CASES[:4], dict(bh=2, S=300, causal=False), dict(bh=1, S=5
 
 
 @grader("attention_rows", kernels=["attention_rows"], cases=ATT_CASES, emulator_cases=ATT_EMU_CASES, rtol=1e-4,
-        speed=dict(case=dict(bh=8, S=2048, causal=True), factor=3),
+        # FLOPs: Q K^T and P V over the causal triangle, 2 per multiply-add, on CUDA cores (the fp32 peak)
+        speed=dict(case=dict(bh=8, S=2048, causal=True), factor=3, flops=2 * 2 * 8 * (2048 * 2049 // 2) * ATT_D,
+                   compute="fp32", bytes=4 * 4 * 8 * 2048 * ATT_D),
         hint=["one warp per query row: the 32 lanes take 32 keys at a time (lane j scores key k0 + j against "
               "the row's q, which every lane reads), then the warp merges the 32 scores into its running maximum "
               "and sum, and adds their weighted values to o (lane j owns o[j] and o[j + 32])",
@@ -272,6 +293,13 @@ def attention_rows(load: Any, case: dict[str, Any]) -> list[tuple[Any, Any]]:
     rng = np.random.default_rng()
     q_host = (rng.standard_normal((bh, S, ATT_D)) * 2).astype(np.float32)
     k_host, v_host = rng.standard_normal((2, bh, S, ATT_D)).astype(np.float32)
+    # Every score of a head is shifted by +-(100 to 150) (a large common component along dimension 0 of q and
+    # k; the rest varies by a few units): exp() of a score overflows or underflows fp32 unless the row's
+    # running maximum is taken out. Head 0 goes up, head 1 down.
+    shift = rng.uniform(100, 150, bh) * np.where(np.arange(bh) % 2, -1.0, 1.0)
+    big = np.sqrt(np.abs(shift) * math.sqrt(ATT_D))
+    q_host[:, :, 0] += big[:, None].astype(np.float32)
+    k_host[:, :, 0] += (np.sign(shift) * big)[:, None].astype(np.float32)
     q, k, v = guarded(q_host)[0], guarded(k_host)[0], guarded(v_host)[0]
     o, buf = guarded(np.full((bh, S, ATT_D), np.nan, np.float32))
     scale = np.float32(1 / math.sqrt(ATT_D))
@@ -279,5 +307,35 @@ def attention_rows(load: Any, case: dict[str, Any]) -> list[tuple[Any, Any]]:
                            (q, k, v, o, S, scale, int(causal)))
     cudl.sync()
     check_guard(buf, bh * S * ATT_D, "O")
-    ref, _ = reference(q_host, k_host, v_host, causal, float(scale))
-    return [(o, ref)]
+    ref, scale_o = _attention_bound(q_host, k_host, v_host, causal, float(scale))
+    return [(o, ref, scale_o, U32)]
+
+
+def _attention_bound(q: np.ndarray, k: np.ndarray, v: np.ndarray, causal: bool,
+                     scale: float) -> tuple[np.ndarray, np.ndarray]:
+    """(O in float64, the size of its fp32 rounding error in units of U32) for fp32 attention of [BH, S, D].
+
+    A score is a sum of D products: off by sigma = (D + 2) scale ||q|| ||k|| U32 at most. A weight
+    p_j = exp(s_j - m) is then off by delta_j = 2 sigma + |s_j - m| + 3 U32 relative (the two scores, the
+    rounded difference, expf's 2 ulps), which moves O = sum p v / sum p by sum_j p_j delta_j (|v_j| + |O|) / l
+    at most (the |s_j - m| part bounded with max_j |v_j|); the two sums over up to S keys add
+    4 S U32 (sum p |v| / l + |O|)."""
+    q64, k64, v64 = (a.astype(np.float64) for a in (q, k, v))
+    S, d = q.shape[1], q.shape[2]
+    s = np.matmul(q64, k64.transpose(0, 2, 1))
+    s *= scale
+    if causal:
+        s[:, np.triu(np.ones((S, S), bool), 1)] = -np.inf
+    m = s.max(axis=2, keepdims=True)
+    s -= m  # s - m <= 0 from here on
+    p = np.exp(s)
+    p /= p.sum(axis=2, keepdims=True)  # the weights, normalised
+    o = np.matmul(p, v64)
+    av = np.abs(v64)
+    w = np.matmul(p, av) + np.abs(o)  # sum p (|v| + |O|)
+    s[np.isinf(s)] = 0.0  # masked keys have p = 0
+    far = -(p * s).sum(axis=2, keepdims=True)  # sum_j p_j |s_j - m|
+    wf = far * (av.max(axis=1, keepdims=True) + np.abs(o))
+    norms_q, norms_k = np.linalg.norm(q64, axis=2), np.linalg.norm(k64, axis=2)
+    sigma = (d + 2) * scale * norms_q * norms_k.max(axis=1, keepdims=True)  # [BH, S]
+    return o, (2 * sigma + 3 + 4 * S)[..., None] * w + wf

@@ -12,6 +12,7 @@ import numpy as np
 
 import cudl
 from cudl.grade import grader
+from cudl.grade.checks import fp32_sum_rtol, same_bits
 from cudl.grade.guard import check_guard, guarded, guarded_output
 
 # ------------------------------------------------------------------------------ references
@@ -109,7 +110,7 @@ def _random_int4(rows: int, cols: int) -> np.ndarray:
     return np.random.default_rng().integers(-8, 8, size=(rows, cols)).astype(np.int32)
 
 
-@grader("int4_dot", kernels=["int4_dot"], rtol=1e-4,
+@grader("int4_dot", kernels=["int4_dot"],
         cases=[dict(N=1, K=2), dict(N=5, K=34), dict(N=8, K=64), dict(N=37, K=1000), dict(N=1000, K=4096),
                dict(N=4099, K=2050)],
         emulator_cases=[dict(N=1, K=2), dict(N=5, K=34), dict(N=8, K=64), dict(N=37, K=1000), dict(N=19, K=2048),
@@ -132,7 +133,9 @@ def int4_dot(load: Any, case: dict[str, Any]) -> list[tuple[Any, Any]]:
     load("int4_dot")(((N + WARPS - 1) // WARPS,), (32 * WARPS,), (N, K, p_dev, s_dev, x_dev, out))
     cudl.sync()
     check_guard(buf, N, "y")
-    return [(out, scale.astype(np.float64) * (q.astype(np.float64) @ x.astype(np.float64)))]
+    s64, q64, x64 = scale.astype(np.float64), q.astype(np.float64), x.astype(np.float64)
+    # an fp32 sum of K products, then the scale: within fp32_sum_rtol(K + 2) of scale * sum |q x|
+    return [(out, s64 * (q64 @ x64), s64 * (np.abs(q64) @ np.abs(x64)), fp32_sum_rtol(K + 2))]
 
 
 @grader("quantize_groups", kernels=["quantize_groups"],
@@ -153,6 +156,7 @@ def quantize_groups(load: Any, case: dict[str, Any]) -> list[tuple[Any, Any]]:
     """Absmax int8 per group of `group` columns of each row: q (int8, bit-exact) and the float32 scales."""
     rows, cols, group = case["rows"], case["cols"], case["group"]
     w = _randn(rows, cols)
+    _plant_ties(w, group, np.random.default_rng())
     if rows * cols > 64:
         w[0, :min(group, cols)] = 0.0  # an all-zero group: scale 0, q 0
     ref_q, ref_s = quantize_int8_ref(w, group)
@@ -165,7 +169,42 @@ def quantize_groups(load: Any, case: dict[str, Any]) -> list[tuple[Any, Any]]:
     cudl.sync()
     check_guard(qbuf, rows * cols, "q", fill=-128)
     check_guard(sbuf, ref_s.size, "scale")
-    return [(q, ref_q.ravel()), (s, ref_s)]
+    same_bits(s.view(np.uint32), ref_s.view(np.uint32), "scale", "s = amax / 127.0f, one IEEE division")
+    same_bits(q, ref_q.ravel(), "q", "q = rintf(w / s): the division, then rounding to nearest with ties to even")
+    return [(q, ref_q.ravel()), (s.view(np.uint32), ref_s.view(np.uint32))]
+
+
+def _plant_ties(w: np.ndarray, group: int, rng: np.random.Generator) -> None:
+    """Overwrite about one element in 6 of each group of w (rows x cols, float32; fewer in large matrices; never
+    a group's largest |w|, so the scale stays) with a value where the rounding rule shows: w / s exactly k + 1/2
+    with k even (rintf rounds to k, roundf and floor(x + 0.5) away from it), or a value next to a tie where
+    w * (127 / amax) rounds to another integer than w / s. Random inputs almost never hit either."""
+    rows, cols = w.shape
+    groups = -(-cols // group)
+    padded = np.zeros((rows, groups * group), np.float32)
+    padded[:, :cols] = w
+    g = padded.reshape(rows, groups, group)  # a view: writes go to padded
+    top = np.abs(g).argmax(axis=2)
+    amax = np.abs(g).max(axis=2)
+    col = np.arange(groups * group).reshape(groups, group)
+    rate = min(1 / 6, 50_000 / w.size)  # enough ties in every case, without minutes of NumPy in the large ones
+    pick = (rng.random(g.shape) < rate) & (col < cols)[None] & (np.arange(group) != top[..., None])
+    pick &= (np.minimum(group, cols - np.arange(groups) * group) >= 2)[None, :, None] & (amax > 0)[..., None]
+    r, gi, j = np.nonzero(pick)
+    a = amax[r, gi]
+    s, inv = a / np.float32(127), np.float32(127) / a
+    k = rng.integers(-63, 63, r.size) * 2  # even
+    near = ((k + 0.5) * s.astype(np.float64)).astype(np.float32)
+    cand = near[:, None] + np.arange(-4, 5, dtype=np.float32)[None, :] * np.spacing(near)[:, None]
+    ok = np.abs(cand) < a[:, None]
+    differ = ok & (np.rint(cand / s[:, None]) != np.rint(cand * inv[:, None]))
+    tie = ok & (cand / s[:, None] == (k + 0.5).astype(np.float32)[:, None])
+    want = np.where((rng.random(r.size) < 0.5) & differ.any(axis=1), 0, 1)[:, None]
+    mask = np.where(want == 0, differ, np.where(tie.any(axis=1, keepdims=True), tie, differ))
+    choice = (mask * rng.random(mask.shape)).argmax(axis=1)
+    has = mask.any(axis=1)
+    g[r[has], gi[has], j[has]] = cand[has, choice[has]]
+    w[:] = padded[:, :cols]
 
 
 @grader("w4a16_gemv", kernels=["w4a16_gemv"], rtol=2e-3,
@@ -173,7 +212,8 @@ def quantize_groups(load: Any, case: dict[str, Any]) -> list[tuple[Any, Any]]:
                dict(N=11008, K=4096), dict(N=4096, K=11008)],
         emulator_cases=[dict(N=1, K=256), dict(N=5, K=512), dict(N=37, K=1024), dict(N=9, K=4096),
                         dict(N=3, K=2816), dict(N=4, K=11008)],
-        speed=dict(case=dict(N=11008, K=4096), factor=1.5),
+        speed=dict(case=dict(N=11008, K=4096), factor=1.5,  # bytes: the packed weights, their scales, x and y
+                   bytes=11008 * 4096 // 2 + 4 * 11008 * 4096 // 128 + 2 * (4096 + 11008)),
         hint=["memory-bound: the time is the 0.5 byte per weight over the bandwidth, if each lane loads 16 "
               "bytes (32 weights) at a time and several such loads are in flight before the arithmetic",
               "the integer-to-float conversion is slow; instead OR a nibble (masked in place) into the bits "
