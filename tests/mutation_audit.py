@@ -1,7 +1,7 @@
 """Mutation audit: put small realistic bugs into cudl one at a time and check that the tests catch each.
 
     python tests/mutation_audit.py                # every mutation (an hour or more on 2 cores)
-    python tests/mutation_audit.py -k compare     # the mutations whose name contains "compare"
+    python tests/mutation_audit.py -k compare -k bench  # those whose name contains "compare" or "bench"
     python tests/mutation_audit.py --list         # names, files and the bug in words
     python tests/mutation_audit.py -j 2           # two at a time, each in its own copy
     python tests/mutation_audit.py --repo ../main # audit another checkout with these mutations
@@ -203,7 +203,7 @@ def audit(mutation: Mutation, copy: Path, seed: str, timeout: int) -> tuple[str,
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("-k", default="", help="only mutations whose name contains this")
+    ap.add_argument("-k", action="append", default=[], help="only mutations whose name contains this (repeatable)")
     ap.add_argument("-j", type=int, default=1, help="mutations run at a time (each in its own copy)")
     ap.add_argument("--list", action="store_true", help="list the mutations and exit")
     ap.add_argument("--no-baseline", action="store_true", help="skip the run of the tests without mutation")
@@ -211,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=int, default=3600, help="seconds for one mutation's tests")
     ap.add_argument("--repo", type=Path, default=ROOT, help="the checkout to audit (default: this one)")
     args = ap.parse_args(argv)
-    chosen = [m for m in MUTATIONS if args.k in m.name]
+    chosen = [m for m in MUTATIONS if not args.k or any(k in m.name for k in args.k)]
     if args.list or not chosen:
         for m in chosen or MUTATIONS:
             print(f"{m.name:48} {m.file:28} {m.why}")
