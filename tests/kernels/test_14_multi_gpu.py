@@ -151,9 +151,12 @@ def _solution_notebook(tmp_path: Path) -> tuple[Path, Path]:
     return root / "solutions" / "14-multi-gpu.ipynb", root / "exercises" / "14-multi-gpu.ipynb"
 
 
-def test_exercises_solutions_pass_and_stubs_fail(tmp_path):
-    """The graded cells of solutions/14-multi-gpu must PASS, the exercise notebook's stubs must not."""
-    from cudl.grade import REGISTRY, run
+def test_exercises_graders_and_stubs(tmp_path):
+    """Chapter 14's solution notebook grades its two kernels, the exercise holds stubs in their place, and the
+    challenge is speed-graded on one of its cases. (That the solutions PASS is checked where all solutions
+    are: nbval of solutions/*.ipynb and tests/test_graders.py; that the stubs fail, by tests/test_notebooks.py,
+    which runs every exercise notebook.)"""
+    from cudl.grade import REGISTRY
     from cudl.grade.extract import graded_sources
 
     sol_path, ex_path = _solution_notebook(tmp_path)
@@ -161,11 +164,7 @@ def test_exercises_solutions_pass_and_stubs_fail(tmp_path):
     assert [c.grader for c in sols] == ["ring_reduce_step", "ring_reduce_scatter_step"]
     assert [c.grader for c in stubs] == [c.grader for c in sols]
     for sol, stub in zip(sols, stubs):
-        n = len(REGISTRY[sol.grader].cases)
-        assert run(sol.grader, sol.source, quiet=True).line == f"PASS {sol.grader}: {n}/{n} cases"
-        assert "BEGIN SOLUTION" not in stub.source and "TODO" in stub.source
-        verdict = run(stub.grader, stub.source, quiet=True)
-        assert verdict.status in ("FAIL", "CRASH", "TIMEOUT"), verdict.line
+        assert "BEGIN SOLUTION" not in stub.source and "TODO" in stub.source and stub.source != sol.source
     chal = REGISTRY["ring_reduce_scatter_step"]
     assert chal.speed and chal.speed["case"] in chal.cases
 
