@@ -116,7 +116,8 @@ def mutated_kernel(monkeypatch):
 # `make test` runs the suite on every core (pytest-xdist); these compare a wall-clock time with a bound, so
 # they run alone afterwards (`-m serial`), where a busy neighbour cannot make them late.
 SERIAL = ("tests/emulator/test_speed.py::", "tests/emulator/test_watchdog.py::",
-          "tests/test_graders.py::test_hung_kernel_is_reported_within_15_s")
+          "tests/test_graders.py::test_hung_kernel_is_reported_within_15_s",
+          "tests/emulator/test_faults.py::test_parallel_compiles_share_the_cache")  # 3 cold builds in 120 s
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` selects by marks
