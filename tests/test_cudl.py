@@ -462,3 +462,16 @@ def test_span_collapses_equal_ends():
     assert cudl.span([89.2, 88.6]) == "89"  # not "89-89"
     assert cudl.span([1.234, 1.78], ".2f") == "1.23-1.78"
     assert cudl.span([3.0]) == "3"
+
+
+def test_unseeded_draws_come_from_the_printed_seed(request):
+    """tests/conftest.py: an unseeded default_rng() in a test is the next child of the seed built from
+    CUDL_TEST_SEED and the test's id (what a failure prints), so a rerun with that seed draws the same inputs;
+    two draws in one test still differ."""
+    import conftest
+
+    first, second = np.random.default_rng().standard_normal(4), np.random.default_rng().standard_normal(4)
+    children = np.random.SeedSequence(conftest.seed_material(request.node.nodeid)).spawn(2)
+    assert np.array_equal(first, conftest._real_default_rng(children[0]).standard_normal(4))
+    assert np.array_equal(second, conftest._real_default_rng(children[1]).standard_normal(4))
+    assert not np.array_equal(first, second)
