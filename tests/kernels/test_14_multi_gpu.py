@@ -156,9 +156,10 @@ def test_exercises_graders_and_stubs(tmp_path):
     challenge is speed-graded on one of its cases. (That the solutions PASS is checked where all solutions
     are: nbval of solutions/*.ipynb and tests/test_graders.py; that the stubs fail, by tests/test_notebooks.py,
     which runs every exercise notebook.)"""
-    from cudl.grade import REGISTRY
+    from cudl.grade import REGISTRY, _load_all
     from cudl.grade.extract import graded_sources
 
+    _load_all()  # the registry fills as grader modules are imported
     sol_path, ex_path = _solution_notebook(tmp_path)
     sols, stubs = graded_sources(sol_path), graded_sources(ex_path)
     assert [c.grader for c in sols] == ["ring_reduce_step", "ring_reduce_scatter_step"]
@@ -174,8 +175,10 @@ def test_exercise_hints_give_no_solution_line(tmp_path):
     import re
 
     from cudl import nbtools
-    from cudl.grade import REGISTRY
+    from cudl.grade import REGISTRY, _load_all
     from cudl.grade.extract import graded_sources
+
+    _load_all()  # alone (or first on an xdist worker), nothing else has imported the grader modules
 
     for cell in graded_sources(_solution_notebook(tmp_path)[0]):
         g = REGISTRY[cell.grader]
