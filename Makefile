@@ -46,11 +46,12 @@ lint: venv
 	$(BIN)/ruff check cudl tests
 
 # Unit tests, compile tests, notebook checks, and every chapter/solution notebook under the CPU emulator.
-# The tests run in parallel, one pytest-xdist worker per core (`make test JOBS=1`: one process, in order):
+# The tests run in parallel, one pytest-xdist worker per CPU (`logical`: `auto` would count physical cores
+# only, 1 on a VM whose 2 CPUs are hyperthreads; `make test JOBS=1`: one process, in order):
 # tests marked `serial` (they time themselves, see tests/conftest.py) run alone afterwards, and each notebook
 # runs whole on one worker (--dist loadscope: its cells share one kernel). The workers share the emulator's
 # cache of compiled kernels ($CUDL_CACHE or ~/.cache/cudl), so a kernel built by one is reused by all.
-JOBS ?= auto
+JOBS ?= logical
 PARALLEL = $(if $(filter 1,$(JOBS)),,-n $(JOBS) --dist $(1))
 test: venv test-extras browser lint
 	$(BIN)/python -m cudl.nbtools check
