@@ -46,11 +46,19 @@ lint: venv
 	$(BIN)/ruff check cudl tests
 
 # Unit tests, compile tests, notebook checks, and every chapter/solution notebook under the CPU emulator.
+# The tests run in parallel, one pytest-xdist worker per CPU (`logical`: `auto` would count physical cores
+# only, 1 on a VM whose 2 CPUs are hyperthreads; `make test JOBS=1`: one process, in order):
+# tests marked `serial` (they time themselves, see tests/conftest.py) run alone afterwards, and each notebook
+# runs whole on one worker (--dist loadscope: its cells share one kernel). The workers share the emulator's
+# cache of compiled kernels ($CUDL_CACHE or ~/.cache/cudl), so a kernel built by one is reused by all.
+JOBS ?= logical
+PARALLEL = $(if $(filter 1,$(JOBS)),,-n $(JOBS) --dist $(1))
 test: venv test-extras browser lint
 	$(BIN)/python -m cudl.nbtools check
 	$(BIN)/jupyter-book build --all --warningiserror --keep-going . >/dev/null
-	CUDL_BOOK_BUILT=1 CUDL_BACKEND=emulator $(BIN)/pytest -q --timeout=1800 tests
-	$(if $(NOTEBOOKS),CUDL_BACKEND=emulator $(BIN)/pytest -q -p no:cacheprovider --nbval-lax --nbval-current-env --nbval-cell-timeout=900 $(NOTEBOOKS))
+	CUDL_BOOK_BUILT=1 CUDL_BACKEND=emulator $(BIN)/pytest -q $(call PARALLEL,worksteal) --timeout=1800 -m "not serial" tests
+	CUDL_BOOK_BUILT=1 CUDL_BACKEND=emulator $(BIN)/pytest -q --timeout=1800 -m serial tests
+	$(if $(NOTEBOOKS),CUDL_BACKEND=emulator $(BIN)/pytest -q $(call PARALLEL,loadscope) -p no:cacheprovider --nbval-lax --nbval-current-env --nbval-cell-timeout=900 $(NOTEBOOKS))
 
 # Rewrite bootstrap cells from _config.yml, pair chapters/solutions .md -> .ipynb, regenerate exercises.
 sync: venv

@@ -54,26 +54,28 @@ def slug_of(path: Path) -> str:
 _KERNEL_PATH = re.compile(r"""["'](\d\d-[\w-]+/[\w./-]+)["']""")
 
 
-def kernel_files(nb: Any, slug: str) -> list[Path]:
+def kernel_files(nb: Any, slug: str, root: Path | None = None) -> list[Path]:
     """The files of kernels_src/ behind a notebook's outputs: the chapter's folder first, then, by name, the
     files of other chapters that its code cells, its folder's scripts or its grader module (cudl/grade/chNN.py)
-    name by path (chapter 9 loads chapter 5's matmul), and every header these `#include`, recursively."""
-    kdir = KERNELS_DIR / slug
+    name by path (chapter 9 loads chapter 5's matmul), and every header these `#include`, recursively.
+    `root`: the repository (default: this one; a copy in the tests)."""
+    kernels = KERNELS_DIR if root is None else root / "kernels_src"
+    kdir = kernels / slug
     own = [f for f in sorted(kdir.rglob("*")) if f.is_file() and "__pycache__" not in f.parts] if kdir.is_dir() else []
     texts = [c.source for c in nb.cells if c.cell_type == "code"]
-    grader = ROOT / "cudl" / "grade" / f"ch{slug[:2]}.py"
+    grader = (ROOT if root is None else root) / "cudl" / "grade" / f"ch{slug[:2]}.py"
     for f in [*own, *([grader] if grader.is_file() else [])]:
         if f.suffix in (".cu", ".cuh", ".h", ".py"):
             texts.append(f.read_text())
     extra: dict[str, Path] = {}
     for text in texts:
         for name in _KERNEL_PATH.findall(text):
-            if (KERNELS_DIR / name).is_file():
-                extra.setdefault(name, KERNELS_DIR / name)
+            if (kernels / name).is_file():
+                extra.setdefault(name, kernels / name)
     pending = [*texts, *(f.read_text() for f in extra.values() if f.suffix in (".cu", ".cuh", ".h"))]
     while pending:  # headers included by any of them (kernel sources in cells too), and by those headers
         try:
-            found = local_includes(pending.pop(), "<notebook>")
+            found = local_includes(pending.pop(), "<notebook>", kernels)
         except CompileError:  # a missing header fails where the kernel is compiled, not here
             continue
         for name, path in found:
@@ -84,14 +86,15 @@ def kernel_files(nb: Any, slug: str) -> list[Path]:
     return own + [extra[n] for n in sorted(extra) if extra[n].resolve() not in mine]
 
 
-def code_hash(nb: Any, slug: str) -> str:
+def code_hash(nb: Any, slug: str, root: Path | None = None) -> str:
     """Hash of what produced the outputs: every code cell and the kernel sources of kernel_files()."""
+    kernels = KERNELS_DIR if root is None else root / "kernels_src"
     h = hashlib.sha256()
     for cell in nb.cells:
         if cell.cell_type == "code":
             h.update(cell.source.strip().encode() + b"\0")
-    for f in kernel_files(nb, slug):
-        h.update(f.relative_to(KERNELS_DIR).as_posix().encode() + b"\0" + f.read_bytes())
+    for f in kernel_files(nb, slug, root):
+        h.update(f.relative_to(kernels).as_posix().encode() + b"\0" + f.read_bytes())
     return h.hexdigest()[:16]
 
 
@@ -330,9 +333,9 @@ def problems(root: Path = ROOT) -> list[str]:
         if stamp.get("code_hash") and not has_outputs(nb):
             out.append(f"{rel} was executed on {stamp.get('executed_on')} but stores no outputs: restore them "
                        f"(git checkout) or re-execute on a GPU with `make execute`")
-        if has_outputs(nb) and stamp.get("code_hash") != code_hash(nb, md.stem):
+        if has_outputs(nb) and stamp.get("code_hash") != (now := code_hash(nb, md.stem, root)):
             out.append(f"{rel}: stored outputs were produced by other code (hash {stamp.get('code_hash')}, "
-                       f"now {code_hash(nb, md.stem)}): re-execute on a GPU with `make execute`")
+                       f"now {now}): re-execute on a GPU with `make execute`")
         if md.parent.name == "solutions":
             ex_path = root / "exercises" / ipynb.name
             want = exercise_from_solution(nb)

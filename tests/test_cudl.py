@@ -91,6 +91,25 @@ def test_compare_catches_one_wrong_element_and_shape():
     assert not compare(np.zeros(10, np.float32), np.zeros(11)).ok
 
 
+@pytest.mark.parametrize("shape", [(1000,), (37, 29)], ids=["1d", "2d"])
+def test_compare_float32_tolerance_is_tight_to_the_last_element(shape):
+    """One float32 element 3x over the tolerance, in the last place where a check that looks at part of the
+    array, or at 100x the tolerance, would miss it; at 0.3x the tolerance the same element passes."""
+    ref = np.random.default_rng().standard_normal(shape)
+    tol = 1e-5 * (np.abs(ref) + np.sqrt(np.mean(ref**2)))  # compare's float32 bound, element by element
+    last = tuple(n - 1 for n in shape)
+    for factor, ok in ((0.3, True), (3.0, False)):
+        out = ref.copy()
+        out[last] += factor * tol[last]
+        c = compare(out.astype(np.float32), ref)
+        assert c.ok == ok, (factor, str(c))
+        if not ok:
+            assert c.n_bad == 1 and c.worst_index == last and c.rtol == 1e-5
+    out = ref.astype(np.float32)
+    out.reshape(-1)[-ref.size // 3:] = np.float32(0.0)  # a kernel that never wrote its last third (zeros)
+    assert not compare(out, ref).ok
+
+
 def test_compare_integers_exact_and_infinities():
     assert compare(np.arange(5), np.arange(5)).ok
     assert not compare(np.array([0, 1, 3]), np.array([0, 1, 2])).ok
@@ -287,7 +306,10 @@ def test_bf16_bits_round_trip_and_compare():
     back = bf16_to_float(bits)
     assert np.all(np.abs(back[:5] - x[:5]) <= 2**-8 * np.abs(x[:5]))
     assert np.isinf(back[5])
-    assert float_to_bf16(np.float32(1.0 + 2**-8)) == 0x3F80  # a tie rounds to even
+    assert float_to_bf16(np.float32(1.0 + 2**-8)) == 0x3F80  # a tie rounds to even (down here)
+    assert float_to_bf16(np.float32(1.0 + 3 * 2**-8)) == 0x3F82  # ... and up here
+    assert float_to_bf16(np.float32(1.0 + 3 * 2**-9)) == 0x3F81  # 3/4 of a bf16 ulp: to nearest, not truncated
+    assert float_to_bf16(np.float32(-(1.0 + 3 * 2**-9))) == 0xBF81
     assert compare(bits, x.astype(np.float64)).ok
     wrong = bits[:4].copy()
     wrong[2] ^= 0x0040  # the top mantissa bit: off by a lot
@@ -440,3 +462,16 @@ def test_span_collapses_equal_ends():
     assert cudl.span([89.2, 88.6]) == "89"  # not "89-89"
     assert cudl.span([1.234, 1.78], ".2f") == "1.23-1.78"
     assert cudl.span([3.0]) == "3"
+
+
+def test_unseeded_draws_come_from_the_printed_seed(request):
+    """tests/conftest.py: an unseeded default_rng() in a test is the next child of the seed built from
+    CUDL_TEST_SEED and the test's id (what a failure prints), so a rerun with that seed draws the same inputs;
+    two draws in one test still differ."""
+    import conftest
+
+    first, second = np.random.default_rng().standard_normal(4), np.random.default_rng().standard_normal(4)
+    children = np.random.SeedSequence(conftest.seed_material(request.node.nodeid)).spawn(2)
+    assert np.array_equal(first, conftest._real_default_rng(children[0]).standard_normal(4))
+    assert np.array_equal(second, conftest._real_default_rng(children[1]).standard_normal(4))
+    assert not np.array_equal(first, second)

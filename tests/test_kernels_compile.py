@@ -7,6 +7,7 @@ solution) is also compiled to an sm_75 (T4) cubin with NVRTC 12, through tests/n
 
 from __future__ import annotations
 
+import functools
 import re
 import sys
 from pathlib import Path
@@ -31,6 +32,7 @@ APPENDIX = sorted(KERNELS_DIR.glob("appendix/*.cu"))
 _LOAD = re.compile(r"""load\(\s*["']([\w./-]+\.cu)["']\s*,\s*["']([^"']+<[^"']+>)["']""")
 
 
+@functools.cache  # read once, not by each of the ~500 compile tests
 def name_expressions() -> dict[str, set[str]]:
     """Template instances named anywhere in chapters, solutions and tests."""
     found: dict[str, set[str]] = {}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -16,6 +17,70 @@ EXERCISES = sorted((ROOT / "exercises").glob("*.ipynb"))
 
 def test_notebooks_are_in_sync_and_fresh():
     assert nbtools.problems() == []
+
+
+def _copy_of_chapter(slug: str, dest) -> None:
+    """What problems() reads of one executed chapter, copied under `dest`: its .md/.ipynb pair, kernels_src/
+    (the notebook may load files of other chapters) and its grader module (which may name kernels too)."""
+    import shutil
+
+    (dest / "chapters").mkdir()
+    for ext in (".md", ".ipynb"):
+        shutil.copy(ROOT / "chapters" / f"{slug}{ext}", dest / "chapters")
+    shutil.copytree(ROOT / "kernels_src", dest / "kernels_src", ignore=shutil.ignore_patterns("__pycache__"))
+    grader = ROOT / "cudl" / "grade" / f"ch{slug[:2]}.py"
+    if grader.is_file():
+        (dest / "cudl" / "grade").mkdir(parents=True)
+        shutil.copy(grader, dest / "cudl" / "grade")
+
+
+def _stale(problems: list[str], slug: str) -> bool:
+    return any(p.startswith(f"chapters/{slug}.ipynb: stored outputs were produced by other code") for p in problems)
+
+
+def test_stale_guard_catches_an_edited_code_cell(tmp_path):
+    """The guard must compare the stored hash with the code as it is now: edit one code cell of an executed
+    chapter (in both halves of the pair, so that it stays in sync) and the copy must be reported stale."""
+    import nbformat
+
+    slug = "01-first-kernel"
+    _copy_of_chapter(slug, tmp_path)
+    assert nbtools.problems(tmp_path) == []  # the copy is as fresh as the original
+    md, ipynb = tmp_path / "chapters" / f"{slug}.md", tmp_path / "chapters" / f"{slug}.ipynb"
+    nb = nbformat.read(ipynb, as_version=4)
+    assert nbtools.has_outputs(nb) and nb.metadata["cudl"]["code_hash"]
+    cell = [c for c in nb.cells if c.cell_type == "code" and c.source.strip() in md.read_text()][-1]
+    text = md.read_text()
+    assert text.count(cell.source.strip()) == 1
+    md.write_text(text.replace(cell.source.strip(), cell.source.strip() + "\nn_edited = 1"))
+    cell.source = cell.source.strip() + "\nn_edited = 1"
+    nbformat.write(nb, ipynb)
+    found = nbtools.problems(tmp_path)
+    assert _stale(found, slug) and len(found) == 1, found
+
+
+@pytest.mark.parametrize("slug, which", [("01-first-kernel", "own"), ("12-flash-attention", "other chapter's")])
+def test_stale_guard_catches_an_edited_kernel(tmp_path, slug, which):
+    """A comment added to a kernel file the notebook's outputs came from (its own chapter's, or a header of
+    another chapter that it includes) makes it stale; the same edit to a file it does not use does not."""
+    import nbformat
+
+    _copy_of_chapter(slug, tmp_path)
+    nb = nbformat.read(tmp_path / "chapters" / f"{slug}.ipynb", as_version=4)
+    kernels = tmp_path / "kernels_src"
+    used = [f.relative_to(kernels).as_posix() for f in nbtools.kernel_files(nb, slug, tmp_path)]
+    mine = [f for f in used if f.startswith(f"{slug}/")]
+    edited = mine[0] if which == "own" else next(f for f in used if not f.startswith(f"{slug}/"))
+    unused = next(f.relative_to(kernels).as_posix() for f in sorted(kernels.rglob("*.cu"))
+                  if f.relative_to(kernels).as_posix() not in used)
+    assert nbtools.problems(tmp_path) == []
+    with open(kernels / unused, "a") as f:
+        f.write("// an edit elsewhere\n")
+    assert nbtools.problems(tmp_path) == []
+    with open(kernels / edited, "a") as f:
+        f.write("// an edit\n")
+    found = nbtools.problems(tmp_path)
+    assert _stale(found, slug) and len(found) == 1, (edited, found)
 
 
 def test_every_chapter_notebook_is_in_the_book():
@@ -103,8 +168,19 @@ def test_executed_chapters_show_their_figures():
         assert images, f"{path.name} plots but stores no figure: re-execute it with `make execute`"
 
 
-def test_nbval_refuses_an_unsolved_exercise():
+def test_nbval_refuses_an_unsolved_exercise(tmp_path):
     """Exercises ship without outputs, and nbval compares nothing in a cell that was never run: only a grader
-    cell that fails (raises) on a non-PASS verdict makes nbval refuse the stubs."""
-    proc = _nbval(EXERCISES[0])
+    cell that fails (raises) on a non-PASS verdict makes nbval refuse the stubs. The first exercise up to its
+    first grader cell shows it (test_every_exercise_stub_fails_its_grader runs every exercise whole), and the
+    one cell that fails must be the grader's."""
+    import nbformat
+
+    nb = nbformat.read(EXERCISES[0], as_version=4)
+    first = next(i for i, c in enumerate(nb.cells) if nbtools.graded_name(c))
+    nb.cells = nb.cells[:first + 1]
+    nbformat.write(nb, tmp_path / "cut.ipynb")
+    proc = _nbval(tmp_path / "cut.ipynb")
     assert proc.returncode != 0, proc.stdout[-2000:]
+    name = nbtools.graded_name(nb.cells[-1])
+    assert re.search(r"^1 failed, \d+ passed", proc.stdout, re.M) and f"NotPassed: {name}: FAIL" in proc.stdout, \
+        proc.stdout[-3000:]

@@ -11,7 +11,6 @@ import pytest
 import cudl
 
 DIR = "02-execution-model"
-rng = np.random.default_rng()
 
 
 def blocks(n: int, threads: int) -> int:
@@ -31,7 +30,7 @@ def branch_reference(h: np.ndarray, width: int, iters: int) -> np.ndarray:
 @pytest.mark.parametrize("n,width,iters", [(1, 1, 1), (31, 2, 5), (1000, 7, 10), (4099, 32, 3), (5000, 100, 0)])
 def test_branch_by_width(n, width, iters):
     k = cudl.load(f"{DIR}/divergence.cu", "branch_by_width")
-    h = rng.integers(0, 2**32, n, dtype=np.uint32)
+    h = np.random.default_rng().integers(0, 2**32, n, dtype=np.uint32)
     out = cudl.poisoned(n, np.uint32)
     k((blocks(n, 128),), (128,), (cudl.xp.asarray(h), out, n, width, iters))
     cudl.check(out, branch_reference(h, width, iters))
@@ -41,7 +40,8 @@ def test_branch_by_width_rejects_zero_width():
     k = cudl.load(f"{DIR}/divergence.cu", "branch_by_width")
     n = 100
     out = cudl.xp.zeros(n, np.uint32)
-    k((1,), (128,), (cudl.xp.asarray(rng.integers(0, 2**32, n, dtype=np.uint32)), out, n, 0, 3))
+    h = np.random.default_rng().integers(0, 2**32, n, dtype=np.uint32)
+    k((1,), (128,), (cudl.xp.asarray(h), out, n, 0, 3))
     assert not cudl.to_numpy(out).any()  # width < 1: no thread writes
 
 
@@ -78,7 +78,7 @@ def test_grid_stride_copies(name, n, grid, threads):
 # ------------------------------------------------------------------------------ pointer_chase.cu
 
 def random_cycle(m: int) -> np.ndarray:
-    order = rng.permutation(m).astype(np.int32)
+    order = np.random.default_rng().permutation(m).astype(np.int32)
     nxt = np.empty(m, np.int32)
     nxt[order] = np.roll(order, -1)
     return nxt
@@ -135,7 +135,7 @@ def smem_reference(words: np.ndarray, n: int, stride: int, rounds: int) -> np.nd
                                                      (513, 256, 33, 2), (700, 96, 34, 1), (64, 32, 0, 4)])
 def test_smem_read_stride(n, threads, stride, rounds):
     k = cudl.load(f"{DIR}/smem_banks.cu", "smem_read_stride")
-    words = rng.integers(0, 2**32, WORDS, dtype=np.uint32)
+    words = np.random.default_rng().integers(0, 2**32, WORDS, dtype=np.uint32)
     out = cudl.poisoned(n, np.uint32)
     k((blocks(n, threads),), (threads,), (cudl.xp.asarray(words), out, n, stride, rounds))
     cudl.check(out, smem_reference(words, n, stride, rounds))
@@ -145,5 +145,6 @@ def test_smem_read_stride_out_of_range_stride_writes_nothing():
     k = cudl.load(f"{DIR}/smem_banks.cu", "smem_read_stride")
     n = 64
     out = cudl.xp.full(n, 7, np.uint32)
-    k((1,), (64,), (cudl.xp.asarray(rng.integers(0, 2**32, WORDS, dtype=np.uint32)), out, n, 35, 1))
+    words = np.random.default_rng().integers(0, 2**32, WORDS, dtype=np.uint32)
+    k((1,), (64,), (cudl.xp.asarray(words), out, n, 35, 1))
     assert (cudl.to_numpy(out) == 7).all()

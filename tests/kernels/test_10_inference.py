@@ -272,8 +272,13 @@ def test_book_gpt_matches_numpy(cache_dtype):
     seqs = prompt
     for s in range(steps - 1):
         ref = gpt.numpy_forward(w, cfg, seqs)[:, -1]
-        seqs = np.concatenate([seqs, ref.argmax(-1)[:, None].astype(np.int32)], 1)
-        assert model.generated(s + 1)[:, s].tolist() == seqs[:, -1].tolist(), f"step {s}: greedy token"
+        got = model.generated(s + 1)[:, s]
+        # Greedy: the largest logit, or one within the logits' tolerance of it (a near tie that the model's
+        # rounding may break either way); the reference then follows the model's choice.
+        margin = rtol * (np.abs(ref).max(-1) + np.sqrt((ref**2).mean(-1)))
+        chosen = ref[np.arange(len(got)), got]
+        assert (chosen >= ref.max(-1) - margin).all(), f"step {s}: greedy token {got}, expected {ref.argmax(-1)}"
+        seqs = np.concatenate([seqs, got[:, None].astype(np.int32)], 1)
         model.decode_step()
         ref = gpt.numpy_forward(w, cfg, seqs)[:, -1]
         cudl.check(model.logits, ref, rtol=rtol, name=f"decode step {s + 1} logits")

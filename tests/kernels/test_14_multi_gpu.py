@@ -151,21 +151,21 @@ def _solution_notebook(tmp_path: Path) -> tuple[Path, Path]:
     return root / "solutions" / "14-multi-gpu.ipynb", root / "exercises" / "14-multi-gpu.ipynb"
 
 
-def test_exercises_solutions_pass_and_stubs_fail(tmp_path):
-    """The graded cells of solutions/14-multi-gpu must PASS, the exercise notebook's stubs must not."""
-    from cudl.grade import REGISTRY, run
+def test_exercises_graders_and_stubs(tmp_path):
+    """Chapter 14's solution notebook grades its two kernels, the exercise holds stubs in their place, and the
+    challenge is speed-graded on one of its cases. (That the solutions PASS is checked where all solutions
+    are: nbval of solutions/*.ipynb and tests/test_graders.py; that the stubs fail, by tests/test_notebooks.py,
+    which runs every exercise notebook.)"""
+    from cudl.grade import REGISTRY, _load_all
     from cudl.grade.extract import graded_sources
 
+    _load_all()  # the registry fills as grader modules are imported
     sol_path, ex_path = _solution_notebook(tmp_path)
     sols, stubs = graded_sources(sol_path), graded_sources(ex_path)
     assert [c.grader for c in sols] == ["ring_reduce_step", "ring_reduce_scatter_step"]
     assert [c.grader for c in stubs] == [c.grader for c in sols]
     for sol, stub in zip(sols, stubs):
-        n = len(REGISTRY[sol.grader].cases)
-        assert run(sol.grader, sol.source, quiet=True).line == f"PASS {sol.grader}: {n}/{n} cases"
-        assert "BEGIN SOLUTION" not in stub.source and "TODO" in stub.source
-        verdict = run(stub.grader, stub.source, quiet=True)
-        assert verdict.status in ("FAIL", "CRASH", "TIMEOUT"), verdict.line
+        assert "BEGIN SOLUTION" not in stub.source and "TODO" in stub.source and stub.source != sol.source
     chal = REGISTRY["ring_reduce_scatter_step"]
     assert chal.speed and chal.speed["case"] in chal.cases
 
@@ -175,8 +175,10 @@ def test_exercise_hints_give_no_solution_line(tmp_path):
     import re
 
     from cudl import nbtools
-    from cudl.grade import REGISTRY
+    from cudl.grade import REGISTRY, _load_all
     from cudl.grade.extract import graded_sources
+
+    _load_all()  # alone (or first on an xdist worker), nothing else has imported the grader modules
 
     for cell in graded_sources(_solution_notebook(tmp_path)[0]):
         g = REGISTRY[cell.grader]
