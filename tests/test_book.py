@@ -532,3 +532,108 @@ def test_no_record_dict_in_stored_outputs() -> None:
             problems.append(f"{nb} no longer shows a record's dict: remove it from KNOWN_STALE_DICTS")
     problems += [f"{nb}: in KNOWN_STALE_DICTS but not a notebook" for nb in KNOWN_STALE_DICTS if nb not in notebooks]
     assert not problems, "\n".join(problems)
+
+
+# --- CUDA in Python strings, heading numbers, a figure for phones (issue 23, "Pages") -------------
+
+
+def _load_by_path(path: Path):
+    """A module of book/ (not a package) imported from its file."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_kernels_in_python_strings_lex_as_cuda() -> None:
+    """book/_ext/cudl_lexer.py: the CUDA of a kernel string gets CUDA tokens, a `%%gpu` body Python tokens,
+    other strings stay strings; and no code cell of any notebook yields an Error token (Sphinx would then
+    show that whole cell without highlighting)."""
+    pytest.importorskip("pygments")
+    import nbformat
+    from pygments.token import Comment, Error, Keyword, Name, String
+
+    lexer = _load_by_path(ROOT / "book" / "_ext" / "cudl_lexer.py").CudlIPythonLexer()
+    cell = ('%%gpu\nimport cudl\nsaxpy_src = r"""\nextern "C" __global__ void saxpy(float* y, int n) {\n'
+            '    int i = blockIdx.x * blockDim.x + threadIdx.x;  // one thread per element\n}\n"""\n'
+            'SCRIPT = """\nimport sys\n"""\n')
+    tokens = list(lexer.get_tokens(cell))
+    assert "".join(v for _, v in tokens) == cell
+    kinds = {v: t for t, v in tokens}
+    assert kinds["__global__"] in Keyword and kinds["threadIdx"] in Name.Builtin, tokens
+    assert kinds["// one thread per element\n"] in Comment, tokens
+    assert kinds["import"] in Keyword, "the body of a %%gpu cell is not lexed as Python"
+    assert kinds["import sys"] in String, "a Python script in a string became CUDA"
+
+    errors = []
+    for path in sorted(p for d in ("chapters", "exercises", "solutions") for p in (ROOT / d).glob("*.ipynb")):
+        for i, c in enumerate(nbformat.read(path, as_version=4).cells):
+            if c.cell_type == "code":
+                errors += [f"{path.relative_to(ROOT)} cell {i}: {v!r}" for t, v in lexer.get_tokens(c.source)
+                           if t in Error]
+    assert not errors, "Error tokens (the cell would lose its highlighting):\n" + "\n".join(errors[:20])
+
+
+_HEADING = re.compile(r"<h([1-6])[^>]*>(.*?)</h\1>", re.S)
+# "12.11.1.4. Question 12.4: ..." (the toc's number, then the title's own)
+_DOUBLE_NUMBER = re.compile(r"^(\d+\.)+\s+[A-Z]\w* \d+\.\d+\b")
+
+
+def test_built_pages_show_kernels_as_cuda_and_one_number_per_heading() -> None:
+    """Every `*_src` kernel string of an exercise page carries CUDA token classes (`__global__` as `kr`),
+    and no heading of any page carries two numbers (_toc.yml's `numbered` depth against manual titles)."""
+    if not BUILT:
+        pytest.skip(_skip_reason() or "the book is not built")
+    problems = []
+    for page in PAGES:
+        html = (HTML / page).read_text(errors="replace")
+        for _, inner in _HEADING.findall(html):
+            text = re.sub(r"<[^>]+>", "", inner).replace("#", "").strip()
+            if _DOUBLE_NUMBER.match(text):
+                problems.append(f"{page}: heading {text!r} has two numbers")
+        if page.startswith("exercises/"):
+            blocks = re.findall(r'<div class="highlight-[\w-]+ notranslate">.*?</pre>', html, re.S)
+            kernels = [b for b in blocks if re.search(r'_src</span>\s*<span class="o">=</span>', b)]
+            if not kernels:
+                problems.append(f"{page}: no `*_src = ...` kernel string found")
+            problems += [f"{page}: a kernel string without CUDA highlighting: "
+                         f"{re.sub(r'<[^>]+>', '', b)[-300:]!r}" for b in kernels
+                         if '<span class="kr">__global__</span>' not in b]
+    assert not problems, "\n".join(problems)
+
+
+def test_stacked_mma_figure_is_up_to_date() -> None:
+    """book/figures/mma-16816-owners-stacked.svg is what its script draws from chapter 11's function now."""
+    figures = _load_by_path(ROOT / "book" / "figures" / "mma_16816_owners.py")
+    assert figures.SVG.read_text() == figures.svg_text(), "run `python book/figures/mma_16816_owners.py`"
+
+
+_OWNER_FIGURES = """() => {
+    const visible = el => el && el.offsetParent !== null && el.getBoundingClientRect().width > 0;
+    const cell = document.querySelector(".cell.tag_narrow-figure-follows .cell_output img");
+    const svg = document.querySelector("img.narrow-figure");
+    return {png: visible(cell), svg: visible(svg), svgWidth: svg ? svg.getBoundingClientRect().width : 0};
+}"""
+
+
+@pytest.mark.timeout(120)
+def test_chapter11_owner_figure_is_readable_on_a_phone(site) -> None:
+    """At 390 px the stacked SVG replaces chapter 11's wide ownership figure, at a width where its 11-unit
+    lane numbers (in a 400-unit drawing) are at least 8 px tall; at 1400 px the notebook's figure shows."""
+    base, browser = site
+    seen = {}
+    for width in (390, 1400):
+        tab = browser.new_page(viewport={"width": width, "height": 900})
+        tab.route("**/*", lambda r: r.continue_() if r.request.url.startswith(base) else r.fulfill(status=200,
+                                                                                                    body=""))
+        try:
+            tab.goto(base + "chapters/11-tensor-cores.html", wait_until="load", timeout=30_000)
+            tab.evaluate(_IMAGES_NOT_LOADED)
+            seen[width] = tab.evaluate(_OWNER_FIGURES)
+        finally:
+            tab.close()
+    assert seen[390]["svg"] and not seen[390]["png"], seen
+    assert seen[390]["svgWidth"] * 11 / 400 >= 8, seen
+    assert seen[1400]["png"] and not seen[1400]["svg"], seen
