@@ -9,9 +9,10 @@
 // consecutive channels: float4 loads when C % 4 == 0.
 // Limit: the FP32 pipes, as matmul_8 (plus a little index arithmetic per tile load).
 // Tile sizes: BM x BN outputs (channels x pixels) per block, set with -D options. The
-// defaults won on an H100 for the ResNet-50 layer 3 x 3, 256 -> 256, 14 x 14, batch 32:
-// its GEMM (256 x 6272 x 2304) is too small for chapter 5's 128 x 256 tiles (50 blocks
-// for 132 SMs); 64 x 64 tiles give 392 blocks, several per SM.
+// defaults suit the ResNet-50 layer 3 x 3, 256 -> 256, 14 x 14, batch 32 on an H100: its
+// GEMM (256 x 6272 x 2304) is too small for chapter 5's 128 x 256 tiles (50 blocks for
+// 132 SMs); 64 x 64 tiles give 392 blocks, several per SM. The best tile depends on the
+// GPU and the layer: the chapter measures a few and picks one on the GPU it runs on.
 // Launch: block (NUM_THREADS) = (128), grid (ceil(N P Q / BN), ceil(K / BM)).
 
 #ifndef NHWC
