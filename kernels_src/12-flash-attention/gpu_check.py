@@ -97,11 +97,9 @@ def flops(S: int, d: int, bh: int, causal: bool) -> float:
     return 4 * bh * S * S * d / (2 if causal else 1)
 
 
-def timed(label: str, fn, S: int, d: int, bh: int, causal: bool, compute: str | None = "fp16") -> cudl.Timing | None:
-    """`compute`: the precision of the products (fp16 on Tensor Cores; None for the naive kernels' fp32 on CUDA
-    cores, which have no FLOP ceiling of their own here)."""
+def timed(label: str, fn, S: int, d: int, bh: int, causal: bool) -> cudl.Timing | None:
     try:
-        t = cudl.bench(fn, flops=flops(S, d, bh, causal), compute=compute)
+        t = cudl.bench(fn, flops=flops(S, d, bh, causal))
     except Exception as exc:  # noqa: BLE001
         print(f"   {label}: {type(exc).__name__}: {str(exc)[:200]}", flush=True)
         return None
@@ -139,8 +137,7 @@ def speed():
         out = ch12.naive_attention(q, k, v, causal, bufs)
         report(f"naive vs SDPA fp32 causal={causal}", out, ref)
         res["1 naive (3 kernels)"] = timed("1 naive (3 kernels)",
-                                          lambda: ch12.naive_attention(q, k, v, causal, bufs), S, d, bh, causal,
-                                          compute=None)
+                                          lambda: ch12.naive_attention(q, k, v, causal, bufs), S, d, bh, causal)
         bufs = out = None  # 2 S^2 floats per head back to the pool
         best: dict[str, tuple[float, str]] = {}
         for name, warps, bc, opts in SWEEP:
@@ -198,8 +195,7 @@ def memory():
             row[label] = torch.cuda.max_memory_allocated() - before
             del out
         o, lse = cudl.poisoned((bh, S, d), np.float16), cudl.poisoned((bh, S))
-        t = cudl.bench(lambda: ch12.flash_launch(kern, q, k, v, o, lse, False), flops=flops(S, d, bh, False),
-                       compute="fp16")
+        t = cudl.bench(lambda: ch12.flash_launch(kern, q, k, v, o, lse, False), flops=flops(S, d, bh, False))
         row["flash_attn_2_mma ms"] = t.ms
         mem[S] = row
         print(f"   S={S}: " + ", ".join(f"{k} {v / 2**20:.0f} MiB" if "ms" not in k else f"{k} {v:.2f}"
@@ -303,8 +299,7 @@ def sweep(budget_s: float = 75.0, variants: list | None = None):
         except Exception as exc:  # noqa: BLE001 (the profiler is only a label here)
             backend = f"unknown ({type(exc).__name__}: {str(exc)[:100]})"
         print(f"== causal={causal}: SDPA runs {backend}", flush=True)
-        base[causal] = cudl.bench(lambda: sdpa(q, k, v, causal), flops=flops(S, d, bh, causal), compute="fp16",
-                                  rep_ms=60)
+        base[causal] = cudl.bench(lambda: sdpa(q, k, v, causal), flops=flops(S, d, bh, causal), rep_ms=60)
     times: dict[tuple[str, bool], cudl.Timing] = {}
     for label, kern in kernels.items():
         if not ok.get(label):
@@ -314,9 +309,9 @@ def sweep(budget_s: float = 75.0, variants: list | None = None):
             continue
         for causal in (False, True):
             times[label, causal] = cudl.bench(lambda: ch12.flash_launch(kern, q, k, v, o, lse, causal),
-                                              flops=flops(S, d, bh, causal), rep_ms=60, compute="fp16")
+                                              flops=flops(S, d, bh, causal), rep_ms=60)
     for causal in (False, True):  # SDPA again at the end: a drift of the clocks shows here
-        again = cudl.bench(lambda: sdpa(q, k, v, causal), flops=flops(S, d, bh, causal), compute="fp16", rep_ms=60)
+        again = cudl.bench(lambda: sdpa(q, k, v, causal), flops=flops(S, d, bh, causal), rep_ms=60)
         print(f"   SDPA causal={causal}: {base[causal].ms:.3f} ms first, {again.ms:.3f} ms last", flush=True)
     sweep_res = results.setdefault("sweep", {})
     for label in kernels:
@@ -472,8 +467,7 @@ def ws(budget_s: float = 80.0):
             print(f"== causal={causal}: SDPA runs {ch12.sdpa_backend(lambda: sdpa(q, k, v, causal))}", flush=True)
         except Exception as exc:  # noqa: BLE001
             print(f"== causal={causal}: SDPA backend unknown ({type(exc).__name__})", flush=True)
-        WS_BASE[causal] = cudl.bench(lambda: sdpa(q, k, v, causal), flops=flops(S, d, bh, causal), compute="fp16",
-                                     rep_ms=60)
+        WS_BASE[causal] = cudl.bench(lambda: sdpa(q, k, v, causal), flops=flops(S, d, bh, causal), rep_ms=60)
 
     def row(label: str, regs, fn) -> None:
         cells = []
@@ -482,16 +476,15 @@ def ws(budget_s: float = 80.0):
             if SIDE:  # SDPA and the kernel in turn, 5 times: medians, and SDPA's range beside them
                 ref_ms, mine = [], []
                 for _ in range(5):
-                    ref_ms.append(cudl.bench(lambda: sdpa(q, k, v, causal), flops=fl, compute="fp16", rep_ms=30).ms)
-                    mine.append(cudl.bench(lambda: fn(causal), flops=fl, compute="fp16", rep_ms=30).ms)
+                    ref_ms.append(cudl.bench(lambda: sdpa(q, k, v, causal), flops=fl, rep_ms=30).ms)
+                    mine.append(cudl.bench(lambda: fn(causal), flops=fl, rep_ms=30).ms)
                 ms, base_ms = float(np.median(mine)), float(np.median(ref_ms))
-                t = cudl.Timing(name=label, ms=ms, q1_ms=min(mine), q3_ms=max(mine), runs=5, flops=fl,
-                                compute="fp16")
+                t = cudl.Timing(name=label, ms=ms, q1_ms=min(mine), q3_ms=max(mine), runs=5, flops=fl)
                 pct = 100 * base_ms / ms
                 cells.append(f"{t.ms:7.3f} ms {t.tflops:4.0f} TF {pct:5.1f}% (SDPA {min(ref_ms):.3f}-"
                              f"{max(ref_ms):.3f})")
             else:
-                t = cudl.bench(lambda: fn(causal), flops=fl, compute="fp16", rep_ms=60)
+                t = cudl.bench(lambda: fn(causal), flops=fl, rep_ms=60)
                 pct = 100 * WS_BASE[causal].ms / t.ms
                 cells.append(f"{t.ms:7.3f} ms {t.tflops:4.0f} TF {pct:5.1f}%")
             results.setdefault("ws", {})[f"{label} causal={causal}"] = dict(ms=t.ms, tflops=t.tflops, pct_sdpa=pct)
@@ -541,7 +534,7 @@ def ws(budget_s: float = 80.0):
         else:
             row(label, kern.num_regs, lambda causal, kern=kern: ch12.flash_launch(kern, q, k, v, o, lse, causal))
     for causal in (False, True):
-        again = cudl.bench(lambda: sdpa(q, k, v, causal), flops=flops(S, d, bh, causal), compute="fp16", rep_ms=60)
+        again = cudl.bench(lambda: sdpa(q, k, v, causal), flops=flops(S, d, bh, causal), rep_ms=60)
         print(f"   SDPA causal={causal}: {WS_BASE[causal].ms:.3f} ms first, {again.ms:.3f} ms last", flush=True)
     print(f"== --ws done in {time.time() - t_start:.1f} s on {torch.cuda.get_device_name()}")
     print_ws_table()

@@ -163,14 +163,13 @@ def igemm():
     res = {}
     a16, b16 = torch.randn(M, K, device="cuda", dtype=torch.float16), torch.randn(N, K, device="cuda",
                                                                               dtype=torch.float16)
-    res["cuBLAS fp16 (a @ b.T)"] = cudl.bench(lambda: a16 @ b16.t(), flops=flops, compute="fp16")
-    res["torch._int_mm"] = cudl.bench(lambda: torch._int_mm(at, bt.t()), flops=flops, compute="int8")
+    res["cuBLAS fp16 (a @ b.T)"] = cudl.bench(lambda: a16 @ b16.t(), flops=flops)
+    res["torch._int_mm"] = cudl.bench(lambda: torch._int_mm(at, bt.t()), flops=flops)
     try:
         af, bf = a16.to(torch.float8_e4m3fn), b16.to(torch.float8_e4m3fn)
         one = torch.tensor(1.0, device="cuda")
         res["torch._scaled_mm e4m3"] = cudl.bench(
-            lambda: torch._scaled_mm(af, bf.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16), flops=flops,
-            compute="fp8")
+            lambda: torch._scaled_mm(af, bf.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16), flops=flops)
     except Exception as exc:  # noqa: BLE001
         print("  _scaled_mm:", exc)
     c = cudl.xp.empty((M, N), dtype=np.int32)
@@ -178,8 +177,7 @@ def igemm():
     c.fill(-1)
     kd((N // 64, M // 64), (16, 16), (M, N, K, a, b, c))
     print("  igemm_1_dp4a exact:", torch.equal(tt(c), ref), flush=True)
-    res["igemm_1_dp4a"] = cudl.bench(lambda: kd((N // 64, M // 64), (16, 16), (M, N, K, a, b, c)), flops=flops,
-                                    compute="int8")
+    res["igemm_1_dp4a"] = cudl.bench(lambda: kd((N // 64, M // 64), (16, 16), (M, N, K, a, b, c)), flops=flops)
     for stages, sm75 in [(2, False), (3, False), (3, True)]:
         opts = (f"-DSTAGES={stages}",) + (("-DIGEMM_SM75",) if sm75 else ())
         km = cudl.load(f"{D}/igemm_2_mma.cu", "igemm_2_mma", options=opts)
@@ -188,7 +186,7 @@ def igemm():
         km(grid, (256,), (M, N, K, a, b, c))
         name = f"igemm_2_mma STAGES={stages}{' sm75 path' if sm75 else ''}"
         print(f"  {name} exact:", torch.equal(tt(c), ref), "regs", km.num_regs, flush=True)
-        res[name] = cudl.bench(lambda: km(grid, (256,), (M, N, K, a, b, c)), flops=flops, compute="int8")
+        res[name] = cudl.bench(lambda: km(grid, (256,), (M, N, K, a, b, c)), flops=flops)
     base = res["cuBLAS fp16 (a @ b.T)"]
     for name, t in res.items():
         line = f"{name:34s} {t.ms:8.4f} ms {t.tflops:7.1f} T(FL)OP/s x{t.speedup_over(base):5.2f} of cuBLAS fp16"
