@@ -351,6 +351,14 @@ def problems(root: Path = ROOT) -> list[str]:
 
 # ------------------------------------------------------------------------------ execute (GPU)
 
+def _output_text(cell: Any) -> str:
+    """A code cell's printed text and tracebacks, without terminal colours."""
+    parts = []
+    for o in cell.get("outputs", []):
+        parts += [o.get("text", "")] if o.get("output_type") == "stream" else o.get("traceback", [])
+    return re.sub(r"\x1b\[[0-9;]*m", "", "\n".join(parts))
+
+
 def execute(paths: list[Path], timeout: int = 600) -> None:
     """Run notebooks top to bottom (on a GPU), store outputs and stamp the hash of the code that made them."""
     import os
@@ -370,7 +378,10 @@ def execute(paths: list[Path], timeout: int = 600) -> None:
             NotebookClient(nb, timeout=timeout, kernel_name="python3",
                            resources={"metadata": {"path": str(path.parent)}}).execute()
         except Exception as exc:  # keep going: one broken notebook should not cost the others' GPU time
-            print(f"FAILED {path.name}: {str(exc)[-2000:]}", flush=True)
+            # A %%gpu cell's own error is printed in its outputs ("see the error above"): show them too.
+            shown = "\n".join(_output_text(c) for c in nb.cells if c.get("cell_type") == "code"
+                               and any(o.get("output_type") == "error" for o in c.get("outputs", [])))
+            print(f"FAILED {path.name}: {shown[-6000:]}\n{str(exc)[-2000:]}", flush=True)
             failed.append(path.name)
             continue
         nb.metadata.setdefault("cudl", {}).update(
