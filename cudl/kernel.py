@@ -174,7 +174,7 @@ class Kernel:
         conv = self.convert(args)
         if self.backend == "gpu":
             if shared_mem > 48 * 1024:  # above 48 KiB a kernel must opt in to more dynamic shared memory
-                self._impl.max_dynamic_shared_size_bytes = shared_mem
+                allow_shared(self._impl, shared_mem)
             self._impl(g, b, tuple(conv), shared_mem=shared_mem)
         else:
             self._impl.launch(self.name, g, b, conv, self.params, shared_mem)
@@ -194,6 +194,15 @@ class Kernel:
         res = "" if self.backend != "gpu" else (
             f", {self.num_regs} registers, {self.shared_bytes} B static shared, {self.local_bytes} B local")
         return f"<kernel {self.name} from {self.shown} on {self.backend}{res}>"
+
+
+def allow_shared(func: Any, nbytes: int) -> None:
+    """Let a compiled CuPy function (RawModule.get_function) use `nbytes` of dynamic shared memory: above
+    48 KiB a kernel must opt in (cuFuncSetAttribute); CuPy's Function has no property for it."""
+    from cupy.cuda import driver
+
+    attr = getattr(driver, "CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES", 8)  # 8 in CUDA's cuda.h
+    driver.funcSetAttribute(func.ptr, attr, int(nbytes))
 
 
 @functools.lru_cache(maxsize=256)

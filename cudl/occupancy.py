@@ -207,9 +207,11 @@ def cuda_api(k: Any, threads_per_block: int, dynamic_smem: int = 0) -> int:
     require_gpu("cudl.occupancy.cuda_api")
     import cupy
 
+    from .kernel import allow_shared
+
     func = getattr(k._impl, "kernel", k._impl)  # a CuPy Function (RawModule.get_function) or RawKernel.kernel
     if dynamic_smem > 48 * 1024:  # like a launch through cudl: opt in to more dynamic shared memory first
-        func.max_dynamic_shared_size_bytes = dynamic_smem
+        allow_shared(func, dynamic_smem)
     return cupy.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(func.ptr, threads_per_block, dynamic_smem)
 
 

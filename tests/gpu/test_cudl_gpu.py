@@ -69,3 +69,20 @@ def test_ceilings_are_plausible_and_cached():
         assert 0.5 * sheet["bw"] < c["copy_gbps"] < 1.1 * sheet["bw"]
         assert 0.3 * sheet["fp32"] < c["gemm_tflops"]["fp32"] < 1.2 * sheet["fp32"]
     assert cudl.ceilings() == c  # second call reads the cache
+
+
+def test_more_than_48_kib_of_dynamic_shared_memory():
+    """A launch (and the occupancy query) with 64 KiB of dynamic shared memory opts the kernel in first:
+    without it the driver refuses the launch (chapter 7's sweep failed so on the H200)."""
+    k = cudl.load(r"""
+extern "C" __global__ void stage(const float* x, float* y, int n) {
+    extern __shared__ float s[];
+    for (int i = threadIdx.x; i < n; i += blockDim.x) s[i] = x[i];
+    __syncthreads();
+    for (int i = threadIdx.x; i < n; i += blockDim.x) y[i] = 2.0f * s[n - 1 - i];
+}""", "stage")
+    n = 16384  # 64 KiB of floats
+    x, y = cudl.randn(n), cudl.poisoned(n)
+    assert cudl.occupancy.cuda_api(k, 256, 4 * n) >= 1
+    k((1,), (256,), (x, y, n), shared_mem=4 * n)
+    cudl.check(y, 2 * cudl.to_numpy(x)[::-1], name="stage through 64 KiB of shared memory")
