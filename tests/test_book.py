@@ -96,12 +96,22 @@ def shown_kernel_files() -> list[Path]:
     return sorted(files)
 
 
+# Wide lines that wait for their notebooks' next GPU run: breaking one changes the file, which makes every
+# notebook that uses it stale (cudl.nbtools code_hash). Each entry must go when its line is fixed.
+KNOWN_WIDE = {
+    "kernels_src/10-inference/gpt.py:876": "per_step (not shown: chapter 10 shows gpt.py up to it); fixing it "
+                                            "re-executes chapters 10 and 13 and solution 10",
+}
+
+
 def test_shown_code_fits_the_page() -> None:
     """No line of a kernel file is wider than CODE_WIDTH columns."""
     files = shown_kernel_files()
     assert any(p.suffix == ".py" for p in files), "the shown-file pattern no longer finds triton_rows.py"
-    wide = [f"{p.relative_to(ROOT)}:{i}: {len(line)} columns" for p in files
-            for i, line in enumerate(p.read_text().splitlines(), 1) if len(line) > CODE_WIDTH]
+    found = {f"{p.relative_to(ROOT)}:{i}": len(line) for p in files
+             for i, line in enumerate(p.read_text().splitlines(), 1) if len(line) > CODE_WIDTH}
+    wide = [f"{where}: {n} columns" for where, n in found.items() if where not in KNOWN_WIDE]
+    wide += [f"{where} is no longer wide: remove it from KNOWN_WIDE" for where in KNOWN_WIDE if where not in found]
     assert not wide, (f"lines wider than {CODE_WIDTH} columns (break the parameter list or the "
                       "expression, move a trailing comment above its line):\n" + "\n".join(wide))
 
@@ -501,10 +511,7 @@ def test_scoreboard_fits_the_screen(site, width: int) -> None:
 # Notebooks whose stored outputs predate cudl.record's one-line display (they end a cell with cudl.record, and
 # printed the record as a 25-line dict): re-executing them on a GPU removes the dict, and then this list must
 # lose them (the test below fails until it does).
-KNOWN_STALE_DICTS = {
-    "chapters/09-training.ipynb": "executed before cudl.record returned a Recorded (one-line repr)",
-    "chapters/10-inference.ipynb": "executed before cudl.record returned a Recorded (one-line repr)",
-}
+KNOWN_STALE_DICTS: dict[str, str] = {}
 
 
 def _dict_outputs(notebook: Path) -> list[str]:
