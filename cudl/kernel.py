@@ -199,8 +199,9 @@ class Kernel:
 def allow_shared(func: Any, nbytes: int) -> None:
     """Let a compiled CuPy function (RawModule.get_function) use `nbytes` of dynamic shared memory: above
     48 KiB a kernel must opt in (cuFuncSetAttribute); CuPy's Function has no property for it."""
-    from cupy.cuda import driver
+    import cupy
 
+    driver = cupy.cuda.driver
     attr = getattr(driver, "CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES", 8)  # 8 in CUDA's cuda.h
     driver.funcSetAttribute(func.ptr, attr, int(nbytes))
 

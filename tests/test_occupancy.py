@@ -134,17 +134,19 @@ def test_cuda_api_reads_the_function_pointer(monkeypatch):
     import cudl.backend
     from cudl import occupancy as occ
 
-    calls = []
+    calls, opted = [], []
     fake = ModuleType("cupy")
     fake.cuda = SimpleNamespace(driver=SimpleNamespace(
+        CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES=8,
+        funcSetAttribute=lambda ptr, attr, value: opted.append((ptr, attr, value)),
         occupancyMaxActiveBlocksPerMultiprocessor=lambda ptr, threads, smem: calls.append((ptr, threads, smem)) or 7))
     monkeypatch.setitem(sys.modules, "cupy", fake)
     monkeypatch.setattr(cudl.backend, "require_gpu", lambda what: None)
-    function = SimpleNamespace(ptr=1234, max_dynamic_shared_size_bytes=0)
+    function = SimpleNamespace(ptr=1234)  # a CuPy Function has no max_dynamic_shared_size_bytes property
     assert occ.cuda_api(SimpleNamespace(_impl=function), 256) == 7
-    raw_kernel = SimpleNamespace(kernel=SimpleNamespace(ptr=99, max_dynamic_shared_size_bytes=0))
+    raw_kernel = SimpleNamespace(kernel=SimpleNamespace(ptr=99))
     assert occ.cuda_api(SimpleNamespace(_impl=raw_kernel), 128, 64 * 1024) == 7
-    assert raw_kernel.kernel.max_dynamic_shared_size_bytes == 64 * 1024  # opted in, as a launch would
+    assert opted == [(99, 8, 64 * 1024)]  # opted in through cuFuncSetAttribute, as a launch would
     assert calls == [(1234, 256, 0), (99, 128, 64 * 1024)]
 
 
