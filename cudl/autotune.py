@@ -18,7 +18,9 @@ nothing is timed: the default is built, launched and checked, and returned.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import io
 import json
 import os
 from collections.abc import Callable, Sequence
@@ -98,14 +100,15 @@ def cache_path(name: str, key: dict[str, Any]) -> Path:
 def _validate(build: Callable, run: Callable, check: Callable | None, config: dict[str, Any]) -> tuple[Any, str]:
     """Build one candidate, launch it once and check it: (its build, "") or (None, why it failed)."""
     stage = "build"
-    try:
-        kernel = build(config)
-        stage = "launch"
-        run(kernel)
-        sync()  # a fault the GPU reports late belongs to this candidate, not to the next one
-        stage = "check"
-        if check is not None:
-            check(kernel)
+    try:  # quiet: a check that prints "matches" would print it once per candidate; the table says what failed
+        with contextlib.redirect_stdout(io.StringIO()):
+            kernel = build(config)
+            stage = "launch"
+            run(kernel)
+            sync()  # a fault the GPU reports late belongs to this candidate, not to the next one
+            stage = "check"
+            if check is not None:
+                check(kernel)
     except Exception as exc:  # any failure rules the candidate out; the table says why
         lines = str(exc).strip().splitlines() or [""]
         line = next((s for s in lines if "error" in s.lower()), lines[0]).strip()  # a compiler log: its error
@@ -208,14 +211,15 @@ def _tune(name: str, space: list[dict[str, Any]], d: int, build: Callable, run: 
     else:
         pair = bench_pair(lambda: run(kernels[best]), lambda: run(kernels[d]), rounds=rounds,
                           name=_show(space[best]), baseline_name=f"default ({_show(default)})", **bench_kwargs)
-        how = f"{pair.ratio:.2f}x the default's speed in {rounds} rounds of cudl.bench_pair"
+        lo, hi = min(pair.round_ratios), max(pair.round_ratios)
+        how = f"{pair.ratio:.2f}x; {lo:.2f}-{hi:.2f}x in {rounds} rounds of cudl.bench_pair"
         if pair.sign() > 0:
             chosen, gain = best, pair.ratio
-            verdict = f"{_show(space[best])} chosen: {how} ({_show(default)}), measurably faster"
+            verdict = f"{_show(space[best])} chosen: measurably faster than the default ({_show(default)}), {how}"
         else:
             chosen = d
             verdict = (f"the default ({_show(default)}) kept: the fastest other candidate, {_show(space[best])}, "
-                       f"was not measurably faster ({how})")
+                       f"is not measurably faster ({how})")
     for i, r in enumerate(table):
         r["note"] = ", ".join(s for s in ("default" if i == d else "", "chosen" if i == chosen else "", r["note"]) if s)
     return Tuned(name, space[chosen], kernels[chosen], default, gain, table, verdict)

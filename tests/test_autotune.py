@@ -147,7 +147,8 @@ def test_a_measurably_faster_candidate_is_chosen(gpu):
     assert [r["ms"] for r in tuned.table] == [1.0, 0.8, 0.9]
     assert [r["ratio"] for r in tuned.table] == pytest.approx([1.0, 1.25, 1.0 / 0.9])
     assert tuned.table[0]["note"] == "default" and tuned.table[1]["note"] == "chosen"
-    assert "EPT=2 chosen: 1.25x" in str(tuned) and "Test GPU" in str(tuned)
+    assert "EPT=2 chosen: measurably faster than the default (EPT=1), 1.25x; 1.25-1.25x in 3 rounds" in str(tuned)
+    assert "Test GPU" in str(tuned)
     md = tuned._repr_markdown_()
     assert "| EPT=2 | 0.8 | 1.250 | chosen |" in md and md.count("\n| EPT=") == 3
 
@@ -157,7 +158,7 @@ def test_within_the_noise_the_default_is_kept(gpu):
     tuned = tune({1: 1.0, 2: 0.99, 4: 1.2})
     assert tuned.config == dict(EPT=1) and tuned.kernel.config == dict(EPT=1) and tuned.gain == 1.0
     assert gpu[3:] == ["default (EPT=1)", "EPT=2"] * 3  # it was confirmed, not assumed
-    assert "default (EPT=1) kept" in str(tuned) and "not measurably faster" in str(tuned)
+    assert "default (EPT=1) kept" in str(tuned) and "EPT=2, is not measurably faster (1.01x" in str(tuned)
     assert tuned.table[0]["note"] == "default, chosen" and tuned.table[1]["note"] == ""
 
 
@@ -167,12 +168,13 @@ def test_a_default_that_is_fastest_needs_no_pair(gpu):
     assert "fastest of the 3 candidates" in str(tuned)
 
 
-def test_failing_candidates_are_reported_never_timed_or_chosen(gpu):
+def test_failing_candidates_are_reported_never_timed_or_chosen(gpu, capsys):
     space = [*SPACE, dict(EPT=8)]
     checked = []
 
     def check(k):  # EPT=2 is the fastest but wrong
         checked.append(k.config["EPT"])
+        print("✓ output matches the reference")  # as cudl.check does: not once per candidate on the page
         if k.config["EPT"] == 2:
             raise AssertionError("output does not match the reference: 17 of 1000 elements")
 
@@ -185,6 +187,7 @@ def test_failing_candidates_are_reported_never_timed_or_chosen(gpu):
     assert notes[4] == 'failed: build: CompileError: <kernel source>:5: error: identifier "EPT" is undefined'
     assert notes[8].startswith("failed: launch: ValueError: scale asks for 300000 bytes")
     assert all(tuned.table[i]["ms"] is None for i in (1, 2, 3))
+    assert capsys.readouterr().out == ""
 
 
 def test_a_fault_reported_at_the_next_sync_rules_out_its_own_candidate(gpu, monkeypatch):
