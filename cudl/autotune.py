@@ -43,7 +43,8 @@ def _show(config: dict[str, Any]) -> str:
 
 def _canon(value: Any) -> str:
     """One text per value whatever its key order: the form a cache key and a cached config are compared in."""
-    return json.dumps(value, sort_keys=True, default=str)
+    # NumPy values as the Python values they hold: shape=(np.int64(4096),) and shape=(4096,) are one key
+    return json.dumps(value, sort_keys=True, default=lambda v: v.tolist() if hasattr(v, "tolist") else str(v))
 
 
 @dataclass

@@ -246,6 +246,11 @@ def test_the_choice_is_cached_and_reused_without_timing(gpu, tmp_path):
     assert tune({1: 1.0, 2: 0.9, 4: 0.5}).config == dict(EPT=4)  # the forced choice replaced the old one
 
 
+def test_a_numpy_shape_is_the_same_key_as_its_python_value(gpu):
+    tune({1: 1.0, 2: 0.8, 4: 0.9}, shape=(1000,))
+    assert tune({1: 1.0, 2: 0.8, 4: 0.9}, shape=(np.int64(1000),)).cached and len(gpu) == 9
+
+
 @pytest.mark.parametrize("change", ["shape", "source", "gpu", "cc", "space", "nvrtc"])
 def test_the_cache_key_holds_what_the_choice_depends_on(gpu, change):
     tune({1: 1.0, 2: 0.8, 4: 0.9})
