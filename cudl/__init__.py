@@ -12,9 +12,11 @@
     p = cudl.bench_pair(run, torch_call, flops=f)  # the two timed in turn, 3 rounds; p.ratio
     cudl.record(t, chapter="01-first-kernel", shape=n, dtype="float32", baseline=t_torch)
     cudl.ncu(snippet, kernel="vector_add")         # Nsight Compute metrics of one launch, as a table
+    tuned = cudl.autotune("name", space, build, run, check=c, shape=s, source=f)  # build options per GPU, cached
 """
 
 from . import grade
+from .autotune import Tuned, autotune
 from .backend import backend as backend_name
 from .backend import on_gpu, require_gpu, size, sync, to_numpy
 from .bench import Pair, Timing, bench, bench_pair, flush_l2, measurable, sweep
@@ -35,6 +37,7 @@ __all__ = [
 ]
 __all__ += ["Counters", "KernelTimeout", "counters"]  # emulator checks (issue 7)
 __all__ += ["Pair", "bench_pair", "measurable"]  # a kernel timed in turn with its baseline; noise-aware verdicts
+__all__ += ["Tuned", "autotune"]  # build options chosen per GPU and shape, checked, timed, cached (issue 24)
 
 
 def __getattr__(name: str):
