@@ -1,0 +1,92 @@
+"""The attention backward pass of chapter 15 (the capstone): launchers of flash_attn_bwd_prep.cu and
+flash_attn_bwd_1_smem.cu, chapter 12's forward (flash_attn_2_mma, which stores the logsumexp L that the
+backward needs) loaded from its own folder through cudl.grade.ch12, and a float64 NumPy reference.
+
+Layout as in chapter 12: Q, K, V, O, dO and the gradients are [BH, S, D] fp16 arrays (BH = batch x heads),
+L is [BH, S] float32 (natural log), scale defaults to 1 / sqrt(D).
+
+    import sys; sys.path.insert(0, str(cudl.compile.KERNELS_DIR / "15-capstone"))
+    import attention_backward as ab
+    o, lse = ab.forward(q, k, v, causal=True)
+    dq, dk, dv = ab.backward(q, k, v, o, lse, do, causal=True)
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any
+
+import numpy as np
+
+import cudl
+from cudl.grade import ch12
+
+D = "15-capstone"
+PREP_ROWS = 8  # flash_attn_bwd_prep: one warp per row, 256 threads
+THREADS = 256  # flash_attn_bwd_1_smem's default block (and BR = BC = 32 rows)
+BC = 32
+
+
+def cdiv(a: int, b: int) -> int:
+    return (a + b - 1) // b
+
+
+@functools.cache
+def kernels(head_dim: int) -> tuple[Any, Any, Any]:
+    """(prep, main, dq_half) compiled once per head dimension (64 or 128)."""
+    if head_dim not in (64, 128):
+        raise ValueError(f"the backward kernels take head dimension 64 or 128, not {head_dim}")
+    prep = cudl.load(f"{D}/flash_attn_bwd_prep.cu", "flash_attn_bwd_prep")
+    dq_half = cudl.load(f"{D}/flash_attn_bwd_prep.cu", "flash_attn_bwd_dq_half")
+    main = cudl.load(f"{D}/flash_attn_bwd_1_smem.cu", "flash_attn_bwd_1_smem", options=[f"-DHEAD_DIM={head_dim}"])
+    return prep, main, dq_half
+
+
+def forward(q: Any, k: Any, v: Any, causal: bool) -> tuple[Any, Any]:
+    """O and L of chapter 12's flash_attn_2_mma (the file in kernels_src/12-flash-attention/, not a copy)."""
+    return ch12.flash_attention("flash_attn_2_mma", q, k, v, causal)
+
+
+def backward(q: Any, k: Any, v: Any, o: Any, lse: Any, do: Any, causal: bool, scale: float | None = None,
+             out: tuple[Any, Any, Any, Any, Any] | None = None) -> tuple[Any, Any, Any]:
+    """(dQ, dK, dV) as fp16 [BH, S, D] arrays. `out` = (dq_acc float32 [BH, S, D], dl float32 [BH, S], dq, dk,
+    dv) to reuse buffers (timing); by default NaN-poisoned new ones (the prep kernel zeroes dq_acc itself)."""
+    bh, S, d = q.shape
+    for name, a in (("k", k), ("v", v), ("o", o), ("do", do)):
+        if a.shape != q.shape or a.dtype != np.float16:
+            raise ValueError(f"{name} must be float16 of shape {q.shape}, not {a.dtype} {a.shape}")
+    if lse.shape != (bh, S):
+        raise ValueError(f"lse must have shape {(bh, S)}, not {lse.shape}")
+    scale = scale if scale is not None else 1 / math.sqrt(d)
+    prep, main, dq_half = kernels(d)
+    if out is None:
+        out = (cudl.poisoned((bh, S, d)), cudl.poisoned((bh, S)),
+               *(cudl.poisoned((bh, S, d), np.float16) for _ in range(3)))
+    dq_acc, dl, dq, dk, dv = out
+    rows = bh * S
+    prep((cdiv(rows, PREP_ROWS),), 32 * PREP_ROWS, (rows, d, o, do, dl, dq_acc))
+    main((cdiv(S, BC), bh), THREADS, (S, np.float32(scale), int(causal), q, k, v, do, lse, dl, dq_acc, dk, dv))
+    n = rows * d
+    dq_half((cdiv(n, 256),), 256, (n, dq_acc, dq))
+    return dq, dk, dv
+
+
+def reference(q: Any, k: Any, v: Any, do: Any, causal: bool, scale: float | None = None) -> dict[str, np.ndarray]:
+    """The forward and backward in float64 on the host: o, lse, p (the probabilities), dp = dO V^T,
+    dl = rowsum(dO O), dq, dk, dv (every gradient of sum(dO * O))."""
+    q, k, v, do = (cudl.to_numpy(a).astype(np.float64) for a in (q, k, v, do))
+    d = q.shape[2]
+    scale = scale if scale is not None else 1 / math.sqrt(d)
+    o, lse = ch12.reference(q, k, v, causal, scale)
+    s = np.einsum("bid,bjd->bij", q, k, optimize=True) * scale
+    p = np.exp(s - lse[..., None])  # exp(-inf) = 0 where the causal mask holds
+    if causal:
+        p = np.tril(p)
+    dp = np.einsum("bid,bjd->bij", do, v, optimize=True)
+    dl = (do * o).sum(axis=2)
+    ds = p * (dp - dl[..., None])  # softmax's Jacobian: dS_ij = P_ij (dP_ij - sum_k P_ik dP_ik)
+    return dict(o=o, lse=lse, p=p, dp=dp, dl=dl,
+                dq=np.einsum("bij,bjd->bid", ds, k, optimize=True) * scale,
+                dk=np.einsum("bij,bid->bjd", ds, q, optimize=True) * scale,
+                dv=np.einsum("bij,bid->bjd", p, do, optimize=True))
