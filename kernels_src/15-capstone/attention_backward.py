@@ -49,9 +49,10 @@ def forward(q: Any, k: Any, v: Any, causal: bool) -> tuple[Any, Any]:
 
 
 def backward(q: Any, k: Any, v: Any, o: Any, lse: Any, do: Any, causal: bool, scale: float | None = None,
-             out: tuple[Any, Any, Any, Any, Any] | None = None) -> tuple[Any, Any, Any]:
+             out: tuple[Any, Any, Any, Any, Any] | None = None, kernel: Any = None) -> tuple[Any, Any, Any]:
     """(dQ, dK, dV) as fp16 [BH, S, D] arrays. `out` = (dq_acc float32 [BH, S, D], dl float32 [BH, S], dq, dk,
-    dv) to reuse buffers (timing); by default NaN-poisoned new ones (the prep kernel zeroes dq_acc itself)."""
+    dv) to reuse buffers (timing); by default NaN-poisoned new ones (the prep kernel zeroes dq_acc itself).
+    `kernel`: another build of the main kernel with the same parameters and launch (a test's mutant)."""
     bh, S, d = q.shape
     for name, a in (("k", k), ("v", v), ("o", o), ("do", do)):
         if a.shape != q.shape or a.dtype != np.float16:
@@ -60,6 +61,7 @@ def backward(q: Any, k: Any, v: Any, o: Any, lse: Any, do: Any, causal: bool, sc
         raise ValueError(f"lse must have shape {(bh, S)}, not {lse.shape}")
     scale = scale if scale is not None else 1 / math.sqrt(d)
     prep, main, dq_half = kernels(d)
+    main = kernel or main
     if out is None:
         out = (cudl.poisoned((bh, S, d)), cudl.poisoned((bh, S)),
                *(cudl.poisoned((bh, S, d), np.float16) for _ in range(3)))
@@ -90,3 +92,45 @@ def reference(q: Any, k: Any, v: Any, do: Any, causal: bool, scale: float | None
                 dq=np.einsum("bij,bjd->bid", ds, k, optimize=True) * scale,
                 dk=np.einsum("bij,bid->bjd", ds, q, optimize=True) * scale,
                 dv=np.einsum("bij,bid->bjd", p, do, optimize=True))
+
+
+U16, U32 = 2.0**-11, 2.0**-24  # unit roundoff of fp16 and fp32 (round to nearest)
+
+
+def error_bounds(q: Any, k: Any, v: Any, do: Any, ref: dict[str, np.ndarray], scale: float | None = None,
+                 o_err: np.ndarray | None = None, lse_err: np.ndarray | None = None) -> dict[str, float]:
+    """How far (by norm: ||got - ref||) dq, dk, dv of the kernels may lie from `ref` (reference() of the same
+    fp16 inputs), from a first-order bound on each element's rounding error:
+      - fp32 dot products of n terms err by at most n u32 times the sum of the terms' magnitudes (the
+        atomicAdd order of dQ does not matter to that bound);
+      - P = exp(scale S - L) errs relatively by the absolute error of its exponent: the fp32 dot product S,
+        the multiply and subtract, L's own error (`lse_err` [BH, S]; default u32 |L|, L stored as float32) and
+        expf's few ulps;
+      - Dl = rowsum(dO O) inherits O's error (`o_err` [BH, S, D]; default u16 |O|, O stored as fp16) and
+        passes it to every dS of the row: the largest term where dP - Dl cancels;
+      - the fp16 results round once more: u16 relative.
+    The norm of an elementwise bound b bounds the norm of the error, so each result lies within
+    u16 (||result|| + ||b||) + ||b|| (absolute, so that a zero gradient, as dQ and dK at S = 1, is checked
+    too). Inputs exact in fp16 contribute nothing: both sides read the same values."""
+    q, k, v, do = (cudl.to_numpy(a).astype(np.float64) for a in (q, k, v, do))
+    S, d = q.shape[1], q.shape[2]
+    scale = scale if scale is not None else 1 / math.sqrt(d)
+    p, dp, dl, o, lse = ref["p"], ref["dp"], ref["dl"], ref["o"], ref["lse"]
+    o_err = U16 * np.abs(o) if o_err is None else o_err
+    lse_err = U32 * np.abs(lse) if lse_err is None else lse_err
+    abs_s = np.einsum("bid,bjd->bij", np.abs(q), np.abs(k), optimize=True) * scale
+    x = np.abs(np.einsum("bid,bjd->bij", q, k, optimize=True) * scale) + np.abs(lse)[..., None]
+    rel_p = d * U32 * abs_s + 3 * U32 * x + lse_err[..., None] + 4 * U32  # exponent's error, expf's ulps
+    err_p = p * rel_p
+    err_dp = d * U32 * np.einsum("bid,bjd->bij", np.abs(do), np.abs(v), optimize=True)
+    err_dl = np.einsum("bid,bid->bi", np.abs(do), o_err + d * U32 * np.abs(o))
+    gap = np.abs(dp - dl[..., None])
+    ds = p * gap
+    err_ds = err_p * gap + p * (err_dp + err_dl[..., None]) + 3 * U32 * ds  # minus, times P, times scale
+    n = S * U32  # the sums over rows (dK, dV) or keys (dQ) in fp32
+    bounds = dict(
+        dv=np.einsum("bij,bid->bjd", err_p + n * p, np.abs(do), optimize=True),
+        dk=scale * np.einsum("bij,bid->bjd", err_ds + n * ds, np.abs(q), optimize=True),
+        dq=scale * np.einsum("bij,bjd->bid", err_ds + n * ds, np.abs(k), optimize=True))
+    norms = {name: float(np.linalg.norm(b)) for name, b in bounds.items()}
+    return {name: U16 * (float(np.linalg.norm(ref[name])) + b) + b for name, b in norms.items()}
