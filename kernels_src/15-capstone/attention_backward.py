@@ -100,7 +100,7 @@ U16, U32 = 2.0**-11, 2.0**-24  # unit roundoff of fp16 and fp32 (round to neares
 def error_bounds(q: Any, k: Any, v: Any, do: Any, ref: dict[str, np.ndarray], scale: float | None = None,
                  o_err: np.ndarray | None = None, lse_err: np.ndarray | None = None) -> dict[str, float]:
     """How far (by norm: ||got - ref||) dq, dk, dv of the kernels may lie from `ref` (reference() of the same
-    fp16 inputs), from a first-order bound on each element's rounding error:
+    fp16 inputs). First a first-order bound b on each element's rounding error:
       - fp32 dot products of n terms err by at most n u32 times the sum of the terms' magnitudes (the
         atomicAdd order of dQ does not matter to that bound);
       - P = exp(scale S - L) errs relatively by the absolute error of its exponent: the fp32 dot product S,
@@ -109,9 +109,13 @@ def error_bounds(q: Any, k: Any, v: Any, do: Any, ref: dict[str, np.ndarray], sc
       - Dl = rowsum(dO O) inherits O's error (`o_err` [BH, S, D]; default u16 |O|, O stored as fp16) and
         passes it to every dS of the row: the largest term where dP - Dl cancels;
       - the fp16 results round once more: u16 relative.
-    The norm of an elementwise bound b bounds the norm of the error, so each result lies within
+    The norm of an elementwise bound bounds the norm of the error: each result lies within
     u16 (||result|| + ||b||) + ||b|| (absolute, so that a zero gradient, as dQ and dK at S = 1, is checked
-    too). Inputs exact in fp16 contribute nothing: both sides read the same values."""
+    too). That bound adds the magnitudes of O's and the results' roundings, which are independent and as
+    often negative as positive, so it lies 10-100 times above the errors; the tolerance returned is the
+    smaller of it and 3 times their root-mean-square (a rounding to within +-e, uniform: e / sqrt(3)) plus
+    the fp32 part of b: a norm over thousands of such errors stays within a few percent of its rms.
+    Inputs exact in fp16 contribute nothing: both sides read the same values."""
     q, k, v, do = (cudl.to_numpy(a).astype(np.float64) for a in (q, k, v, do))
     S, d = q.shape[1], q.shape[2]
     scale = scale if scale is not None else 1 / math.sqrt(d)
@@ -123,14 +127,43 @@ def error_bounds(q: Any, k: Any, v: Any, do: Any, ref: dict[str, np.ndarray], sc
     rel_p = d * U32 * abs_s + 3 * U32 * x + lse_err[..., None] + 4 * U32  # exponent's error, expf's ulps
     err_p = p * rel_p
     err_dp = d * U32 * np.einsum("bid,bjd->bij", np.abs(do), np.abs(v), optimize=True)
-    err_dl = np.einsum("bid,bid->bi", np.abs(do), o_err + d * U32 * np.abs(o))
+    err_dl32 = d * U32 * np.einsum("bid,bid->bi", np.abs(do), np.abs(o))  # Dl's own fp32 sum
+    err_dl_o = np.einsum("bid,bid->bi", np.abs(do), o_err)  # O's error, through Dl
     gap = np.abs(dp - dl[..., None])
     ds = p * gap
-    err_ds = err_p * gap + p * (err_dp + err_dl[..., None]) + 3 * U32 * ds  # minus, times P, times scale
+    err_ds = err_p * gap + p * err_dp + p * err_dl32[..., None] + 3 * U32 * ds  # minus, times P, times scale
     n = S * U32  # the sums over rows (dK, dV) or keys (dQ) in fp32
-    bounds = dict(
-        dv=np.einsum("bij,bid->bjd", err_p + n * p, np.abs(do), optimize=True),
-        dk=scale * np.einsum("bij,bid->bjd", err_ds + n * ds, np.abs(q), optimize=True),
-        dq=scale * np.einsum("bij,bjd->bid", err_ds + n * ds, np.abs(k), optimize=True))
-    norms = {name: float(np.linalg.norm(b)) for name, b in bounds.items()}
-    return {name: U16 * (float(np.linalg.norm(ref[name])) + b) + b for name, b in norms.items()}
+    b32 = dict(dv=np.einsum("bij,bid->bjd", err_p + n * p, np.abs(do), optimize=True),
+               dk=scale * np.einsum("bij,bid->bjd", err_ds + n * ds, np.abs(q), optimize=True),
+               dq=scale * np.einsum("bij,bjd->bid", err_ds + n * ds, np.abs(k), optimize=True))
+    b_o = dict(dv=0.0, dk=scale * np.einsum("bij,bi,bid->bjd", p, err_dl_o, np.abs(q), optimize=True),
+               dq=scale * err_dl_o[..., None] * np.einsum("bij,bjd->bid", p, np.abs(k), optimize=True))
+    # variances of O's errors through Dl: Dl_i's is sum_d dO_id^2 o_err_id^2 / 3; dK_j adds rows i of
+    # P_ij Dl_i q_i (independent), dQ_i is Dl_i sum_j P_ij k_j (one error per row)
+    var_dl = np.einsum("bid,bid->bi", do**2, o_err**2, optimize=True) / 3
+    var_o = dict(dv=0.0,
+                 dk=scale**2 * float(np.einsum("bij,bi,bid->", p**2, var_dl, q**2, optimize=True)),
+                 dq=scale**2 * float(np.einsum("bi,bid->", var_dl, np.einsum("bij,bjd->bid", p, k)**2)))
+    out = {}
+    for name in ("dq", "dk", "dv"):
+        size = float(np.linalg.norm(ref[name]))
+        fp32 = float(np.linalg.norm(b32[name]))
+        b = float(np.linalg.norm(b32[name] + b_o[name]))
+        likely = fp32 + 3 * math.sqrt(U16**2 / 3 * size**2 + var_o[name])
+        out[name] = min(U16 * (size + b) + b, likely)
+    return out
+
+
+def forward_error_bounds(q: Any, k: Any, v: Any, ref: dict[str, np.ndarray],
+                         scale: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(o_err, lse_err) for error_bounds when O and L come from forward(): its O errs by its fp16 P (u16 of
+    each term of P V), its rounding to fp16 and the error of its exponents; its L by its fp32 scores (d u32
+    of their terms' magnitudes), its sum of S terms and the log."""
+    q, k, v = (cudl.to_numpy(a).astype(np.float64) for a in (q, k, v))
+    S, d = q.shape[1], q.shape[2]
+    scale = scale if scale is not None else 1 / math.sqrt(d)
+    p_abs_v = np.einsum("bij,bjd->bid", ref["p"], np.abs(v), optimize=True)
+    abs_s = np.einsum("bid,bjd->bij", np.abs(q), np.abs(k), optimize=True) * scale
+    lse_err = (d * abs_s.max(axis=2) + 4 * S + np.abs(ref["lse"])) * U32
+    o_err = U16 * (np.abs(ref["o"]) + p_abs_v) + 2 * (lse_err[..., None] + S * U32) * p_abs_v
+    return o_err, lse_err

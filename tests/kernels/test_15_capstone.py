@@ -2,13 +2,15 @@
 
 dQ, dK and dV of flash_attn_bwd_prep.cu + flash_attn_bwd_1_smem.cu are compared (by the norm of the
 difference) with a float64 NumPy backward, given O and L of the float64 forward (rounded to the fp16 and float32
-the kernels read) or of chapter 12's flash_attn_2_mma. The tolerance is not a constant: attention_backward.
-error_bounds derives it from the inputs, as u16 = 2^-11 (the fp16 rounding of each result) plus a first-order
-bound of every fp32 rounding and of the rounding of O and L, weighted by the magnitudes of the terms of each
-sum: the condition of the sums. The largest term is O's fp16 rounding inside Dl = rowsum(dO O), which every
-dS = P (dP - Dl) of the row inherits: where dP - Dl cancels (a peaked softmax) it dominates. Inputs are exact
-fp16 values on both sides, so their own rounding adds nothing. The kernels land near 2e-4 relative (dV: its
-fp16 rounding alone), the bounds at 5e-4 (dV) to 1e-2 (dK, peaked), being worst cases.
+the kernels read) or of chapter 12's flash_attn_2_mma.
+The tolerance is not a constant: attention_backward.error_bounds derives it from the inputs: a first-order
+bound of every rounding (u16 = 2^-11 for each fp16 result and for O, u32 = 2^-24 for each fp32 operation),
+weighted by the magnitudes of the terms of each sum (the condition of the sums), or, where smaller, 3 times
+the root-mean-square of the independent fp16 roundings plus the fp32 part of that bound. The largest term is
+O's fp16 rounding inside Dl = rowsum(dO O), which every dS = P (dP - Dl) of the row inherits: where dP - Dl
+cancels (a peaked softmax) it dominates. Inputs are exact fp16 values on both sides, so their own rounding
+adds nothing. The kernels land near 2e-4 relative (dV: its own fp16 rounding), 2 to 5 times under the
+tolerance.
 Fresh random inputs (tests/conftest.py prints the seed of a failure; CUDL_TEST_SEED reruns it), NaN-poisoned
 outputs and dQ accumulator (the prep kernel must zero it), odd sequence lengths (1, 17, 45, 77: one partial
 tile, several tiles, the last partial), batch x heads > 1, d = 64 and 128, causal and not. Mutants of the
@@ -102,20 +104,15 @@ def test_prep_zeroes_dq_and_sums_rows():
 
 
 def test_with_chapter12_forward():
-    """The pair as training runs it: O and L from chapter 12's flash_attn_2_mma, then the backward. The
-    forward's O errs by its fp16 P (u16 of each term of P V) and its rounding; its L by its fp32 scores and
-    sums: the bound takes both."""
+    """The pair as training runs it: O and L from chapter 12's flash_attn_2_mma, then the backward, within
+    a bound that adds the forward's own errors of O and L (attention_backward.forward_error_bounds)."""
     bh, S, d, causal = 2, 45, 64, True
     q, k, v, do = inputs(bh, S, d)
     o, lse = ab.forward(q, k, v, causal)
     ref = ab.reference(q, k, v, do, causal)
     got = ab.backward(q, k, v, o, lse, do, causal)
     cudl.sync()
-    p_abs_v = np.einsum("bij,bjd->bid", ref["p"], np.abs(cudl.to_numpy(v).astype(np.float64)))
-    q64, k64 = (cudl.to_numpy(a).astype(np.float64) for a in (q, k))
-    abs_s = np.einsum("bid,bjd->bij", np.abs(q64), np.abs(k64)) / math.sqrt(d)
-    lse_err = (d * abs_s.max(axis=2) + 4 * S + np.abs(ref["lse"])) * ab.U32  # scores, sums, log
-    o_err = ab.U16 * (np.abs(ref["o"]) + p_abs_v) + 2 * (lse_err[..., None] + S * ab.U32) * p_abs_v
+    o_err, lse_err = ab.forward_error_bounds(q, k, v, ref)
     bad = failures("chapter 12's forward", got, ref, ab.error_bounds(q, k, v, do, ref, o_err=o_err, lse_err=lse_err))
     assert not bad, "\n".join(bad)
 
