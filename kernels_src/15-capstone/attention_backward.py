@@ -1,6 +1,7 @@
-"""The attention backward pass of chapter 15 (the capstone): launchers of flash_attn_bwd_prep.cu and
-flash_attn_bwd_1_smem.cu, chapter 12's forward (flash_attn_2_mma, which stores the logsumexp L that the
-backward needs) loaded from its own folder through cudl.grade.ch12, and a float64 NumPy reference.
+"""The attention backward pass of chapter 15 (the capstone): launchers of flash_attn_bwd_prep.cu and of the
+main kernel's versions (flash_attn_bwd_1_smem.cu: plain CUDA C; flash_attn_bwd_2_mma.cu: mma.sync), chapter
+12's forward (flash_attn_2_mma, which stores the logsumexp L that the backward needs) loaded from its own
+folder through cudl.grade.ch12, a float64 NumPy reference, and the error bounds that the tests check.
 
 Layout as in chapter 12: Q, K, V, O, dO and the gradients are [BH, S, D] fp16 arrays (BH = batch x heads),
 L is [BH, S] float32 (natural log), scale defaults to 1 / sqrt(D).
@@ -8,7 +9,7 @@ L is [BH, S] float32 (natural log), scale defaults to 1 / sqrt(D).
     import sys; sys.path.insert(0, str(cudl.compile.KERNELS_DIR / "15-capstone"))
     import attention_backward as ab
     o, lse = ab.forward(q, k, v, causal=True)
-    dq, dk, dv = ab.backward(q, k, v, o, lse, do, causal=True)
+    dq, dk, dv = ab.backward(q, k, v, o, lse, do, causal=True, version=2)
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ from cudl.grade import ch12
 
 D = "15-capstone"
 PREP_ROWS = 8  # flash_attn_bwd_prep: one warp per row, 256 threads
-THREADS = 256  # flash_attn_bwd_1_smem's default block (and BR = BC = 32 rows)
-BC = 32
+# the main kernel's versions: 1 plain CUDA C, 2 mma.sync (flash_attn_bwd_N_*.cu in this folder)
+VERSIONS = {1: "flash_attn_bwd_1_smem", 2: "flash_attn_bwd_2_mma"}
 
 
 def cdiv(a: int, b: int) -> int:
@@ -33,14 +34,36 @@ def cdiv(a: int, b: int) -> int:
 
 
 @functools.cache
-def kernels(head_dim: int) -> tuple[Any, Any, Any]:
-    """(prep, main, dq_half) compiled once per head dimension (64 or 128)."""
-    if head_dim not in (64, 128):
-        raise ValueError(f"the backward kernels take head dimension 64 or 128, not {head_dim}")
+def kernels(head_dim: int) -> tuple[Any, Any]:
+    """(prep, dq_half): the small kernels around the main one."""
     prep = cudl.load(f"{D}/flash_attn_bwd_prep.cu", "flash_attn_bwd_prep")
     dq_half = cudl.load(f"{D}/flash_attn_bwd_prep.cu", "flash_attn_bwd_dq_half")
-    main = cudl.load(f"{D}/flash_attn_bwd_1_smem.cu", "flash_attn_bwd_1_smem", options=[f"-DHEAD_DIM={head_dim}"])
-    return prep, main, dq_half
+    return prep, dq_half
+
+
+def main_kernel(version: int, head_dim: int, *, sm75: bool = False, source: str | None = None) -> Any:
+    """A build of main kernel `version` for one head dimension (64 or 128), from its file or from `source`
+    (a test's mutant); `sm75`: version 2's mma as two m16n8k8 (the T4 path) on any GPU. The build carries its
+    launch shape: .threads, .keys (per block) and .smem (dynamic shared bytes)."""
+    if head_dim not in (64, 128):
+        raise ValueError(f"the backward kernels take head dimension 64 or 128, not {head_dim}")
+    name = VERSIONS[version]
+    opts = [f"-DHEAD_DIM={head_dim}"]
+    if version == 2:
+        br = 32 if head_dim == 128 else 64  # registers and shared memory at d = 128
+        opts += [f"-DBR={br}", *(["-DTC_SM75"] if sm75 else [])]
+    k = _load(source or f"{D}/{name}.cu", name, tuple(opts))
+    if version == 1:  # BR = BC = 32, 256 threads, static shared memory
+        k.threads, k.keys, k.smem = 256, 32, 0
+    else:  # 4 warps of 16 keys; ((2 BC + 2 BR) (D + 8) + BR (BC + 8)) halves + 2 BR floats
+        k.threads, k.keys = 128, 64
+        k.smem = ((2 * 64 + 2 * br) * (head_dim + 8) + br * 72) * 2 + 8 * br
+    return k
+
+
+@functools.lru_cache(maxsize=32)
+def _load(source: str, name: str, options: tuple[str, ...]) -> Any:
+    return cudl.load(source, name, options=list(options))
 
 
 def forward(q: Any, k: Any, v: Any, causal: bool) -> tuple[Any, Any]:
@@ -49,10 +72,11 @@ def forward(q: Any, k: Any, v: Any, causal: bool) -> tuple[Any, Any]:
 
 
 def backward(q: Any, k: Any, v: Any, o: Any, lse: Any, do: Any, causal: bool, scale: float | None = None,
-             out: tuple[Any, Any, Any, Any, Any] | None = None, kernel: Any = None) -> tuple[Any, Any, Any]:
-    """(dQ, dK, dV) as fp16 [BH, S, D] arrays. `out` = (dq_acc float32 [BH, S, D], dl float32 [BH, S], dq, dk,
-    dv) to reuse buffers (timing); by default NaN-poisoned new ones (the prep kernel zeroes dq_acc itself).
-    `kernel`: another build of the main kernel with the same parameters and launch (a test's mutant)."""
+             out: tuple[Any, Any, Any, Any, Any] | None = None, version: int = 1,
+             kernel: Any = None) -> tuple[Any, Any, Any]:
+    """(dQ, dK, dV) as fp16 [BH, S, D] arrays, by main kernel `version` (or the main_kernel build `kernel`).
+    `out` = (dq_acc float32 [BH, S, D], dl float32 [BH, S], dq, dk, dv) to reuse buffers (timing); by default
+    NaN-poisoned new ones (the prep kernel zeroes dq_acc itself)."""
     bh, S, d = q.shape
     for name, a in (("k", k), ("v", v), ("o", o), ("do", do)):
         if a.shape != q.shape or a.dtype != np.float16:
@@ -60,15 +84,16 @@ def backward(q: Any, k: Any, v: Any, o: Any, lse: Any, do: Any, causal: bool, sc
     if lse.shape != (bh, S):
         raise ValueError(f"lse must have shape {(bh, S)}, not {lse.shape}")
     scale = scale if scale is not None else 1 / math.sqrt(d)
-    prep, main, dq_half = kernels(d)
-    main = kernel or main
+    prep, dq_half = kernels(d)
+    main = kernel or main_kernel(version, d)
     if out is None:
         out = (cudl.poisoned((bh, S, d)), cudl.poisoned((bh, S)),
                *(cudl.poisoned((bh, S, d), np.float16) for _ in range(3)))
     dq_acc, dl, dq, dk, dv = out
     rows = bh * S
     prep((cdiv(rows, PREP_ROWS),), 32 * PREP_ROWS, (rows, d, o, do, dl, dq_acc))
-    main((cdiv(S, BC), bh), THREADS, (S, np.float32(scale), int(causal), q, k, v, do, lse, dl, dq_acc, dk, dv))
+    main((cdiv(S, main.keys), bh), main.threads,
+         (S, np.float32(scale), int(causal), q, k, v, do, lse, dl, dq_acc, dk, dv), shared_mem=main.smem)
     n = rows * d
     dq_half((cdiv(n, 256),), 256, (n, dq_acc, dq))
     return dq, dk, dv
@@ -98,7 +123,8 @@ U16, U32 = 2.0**-11, 2.0**-24  # unit roundoff of fp16 and fp32 (round to neares
 
 
 def error_bounds(q: Any, k: Any, v: Any, do: Any, ref: dict[str, np.ndarray], scale: float | None = None,
-                 o_err: np.ndarray | None = None, lse_err: np.ndarray | None = None) -> dict[str, float]:
+                 o_err: np.ndarray | None = None, lse_err: np.ndarray | None = None,
+                 fp16_p: bool = False) -> dict[str, float]:
     """How far (by norm: ||got - ref||) dq, dk, dv of the kernels may lie from `ref` (reference() of the same
     fp16 inputs). First a first-order bound b on each element's rounding error:
       - fp32 dot products of n terms err by at most n u32 times the sum of the terms' magnitudes (the
@@ -108,6 +134,7 @@ def error_bounds(q: Any, k: Any, v: Any, do: Any, ref: dict[str, np.ndarray], sc
         expf's few ulps;
       - Dl = rowsum(dO O) inherits O's error (`o_err` [BH, S, D]; default u16 |O|, O stored as fp16) and
         passes it to every dS of the row: the largest term where dP - Dl cancels;
+      - `fp16_p` (version 2): P and dS round to fp16 before their products, u16 relative each;
       - the fp16 results round once more: u16 relative.
     The norm of an elementwise bound bounds the norm of the error: each result lies within
     u16 (||result|| + ||b||) + ||b|| (absolute, so that a zero gradient, as dQ and dK at S = 1, is checked
@@ -136,20 +163,27 @@ def error_bounds(q: Any, k: Any, v: Any, do: Any, ref: dict[str, np.ndarray], sc
     b32 = dict(dv=np.einsum("bij,bid->bjd", err_p + n * p, np.abs(do), optimize=True),
                dk=scale * np.einsum("bij,bid->bjd", err_ds + n * ds, np.abs(q), optimize=True),
                dq=scale * np.einsum("bij,bjd->bid", err_ds + n * ds, np.abs(k), optimize=True))
-    b_o = dict(dv=0.0, dk=scale * np.einsum("bij,bi,bid->bjd", p, err_dl_o, np.abs(q), optimize=True),
-               dq=scale * err_dl_o[..., None] * np.einsum("bij,bjd->bid", p, np.abs(k), optimize=True))
-    # variances of O's errors through Dl: Dl_i's is sum_d dO_id^2 o_err_id^2 / 3; dK_j adds rows i of
-    # P_ij Dl_i q_i (independent), dQ_i is Dl_i sum_j P_ij k_j (one error per row)
+    # fp16 roundings, independent of one another: O's through Dl, and (fp16_p) those of P and dS
+    h = U16 if fp16_p else 0.0
+    b16 = dict(dv=h * np.einsum("bij,bid->bjd", p, np.abs(do), optimize=True),
+               dk=scale * np.einsum("bij,bid->bjd", p * err_dl_o[..., None] + h * ds, np.abs(q), optimize=True),
+               dq=scale * (err_dl_o[..., None] * np.einsum("bij,bjd->bid", p, np.abs(k), optimize=True)
+                           + h * np.einsum("bij,bjd->bid", ds, np.abs(k), optimize=True)))
+    # their variances (a rounding to within +-e, uniform: e^2 / 3): Dl_i's is sum_d dO_id^2 o_err_id^2 / 3;
+    # dK_j adds rows i of P_ij Dl_i q_i (independent), dQ_i is Dl_i sum_j P_ij k_j (one error per row)
     var_dl = np.einsum("bid,bid->bi", do**2, o_err**2, optimize=True) / 3
-    var_o = dict(dv=0.0,
-                 dk=scale**2 * float(np.einsum("bij,bi,bid->", p**2, var_dl, q**2, optimize=True)),
-                 dq=scale**2 * float(np.einsum("bi,bid->", var_dl, np.einsum("bij,bjd->bid", p, k)**2)))
+    q2, k2, do2 = ((a**2).sum(axis=2) for a in (q, k, do))  # squared norms of the rows
+    var16 = dict(dv=h**2 / 3 * float(np.einsum("bij,bi->", p**2, do2, optimize=True)),
+                 dk=scale**2 * float(np.einsum("bij,bi,bi->", p**2, var_dl, q2, optimize=True)
+                                     + h**2 / 3 * np.einsum("bij,bi->", ds**2, q2, optimize=True)),
+                 dq=scale**2 * float(np.einsum("bi,bid->", var_dl, np.einsum("bij,bjd->bid", p, k)**2)
+                                     + h**2 / 3 * np.einsum("bij,bj->", ds**2, k2, optimize=True)))
     out = {}
     for name in ("dq", "dk", "dv"):
         size = float(np.linalg.norm(ref[name]))
         fp32 = float(np.linalg.norm(b32[name]))
-        b = float(np.linalg.norm(b32[name] + b_o[name]))
-        likely = fp32 + 3 * math.sqrt(U16**2 / 3 * size**2 + var_o[name])
+        b = float(np.linalg.norm(b32[name] + b16[name]))
+        likely = fp32 + 3 * math.sqrt(U16**2 / 3 * size**2 + var16[name])
         out[name] = min(U16 * (size + b) + b, likely)
     return out
 

@@ -22,7 +22,7 @@
 // the threads of a warp reading one column of K or V (S and dP) hit 32 different banks.
 // Limit: 5 products of 2 BR BC D flops per tile pair on CUDA cores (FMA from shared
 // memory, two loads per FMA): at best a few percent of what Tensor Cores give; SDPA's
-// backward runs on Tensor Cores. The next step is mma.sync, as chapter 12's kernel 2.
+// backward runs on Tensor Cores. The next step (flash_attn_bwd_2_mma.cu) uses mma.sync.
 // Compile with -DHEAD_DIM=64 or 128 (default 64); BR, BC (32) and THREADS (256) are the
 // tile and block shape: BR x BC, BC x D and BR x D divisible by THREADS.
 // Launch: block THREADS, grid (ceil(S / BC), BH); static shared memory

@@ -33,7 +33,7 @@ from cudl.compile import KERNELS_DIR
 sys.path.insert(0, str(KERNELS_DIR / "15-capstone"))
 import attention_backward as ab  # noqa: E402
 
-MAIN = "15-capstone/flash_attn_bwd_1_smem.cu"
+D = "15-capstone"
 
 
 def inputs(bh: int, S: int, d: int, q_scale: float = 1.0):
@@ -57,16 +57,19 @@ def failures(case: str, got, ref, bounds) -> list[str]:
     return out
 
 
-def run_check(bh: int, S: int, d: int, causal: bool, q_scale: float = 1.0, kernel=None) -> list[str]:
-    """The backward from the float64 forward's O (as fp16) and L (as float32); the failures, if any."""
+def run_check(bh: int, S: int, d: int, causal: bool, version: int, q_scale: float = 1.0, sm75: bool = False,
+              source: str | None = None) -> list[str]:
+    """The backward (main kernel `version`, or its build from `source`) from the float64 forward's O (as
+    fp16) and L (as float32); the failures, if any."""
     q, k, v, do = inputs(bh, S, d, q_scale)
     ref = ab.reference(q, k, v, do, causal)
     o = cudl.xp.asarray(np.ascontiguousarray(ref["o"], np.float16))
     lse = cudl.xp.asarray(np.ascontiguousarray(ref["lse"], np.float32))
+    kernel = ab.main_kernel(version, d, sm75=sm75, source=source)
     got = ab.backward(q, k, v, o, lse, do, causal, kernel=kernel)
     cudl.sync()
-    case = f"bh={bh} S={S} d={d} causal={causal} q_scale={q_scale}"
-    return failures(case, got, ref, ab.error_bounds(q, k, v, do, ref))
+    case = f"version {version}{' sm75' if sm75 else ''} bh={bh} S={S} d={d} causal={causal} q_scale={q_scale}"
+    return failures(case, got, ref, ab.error_bounds(q, k, v, do, ref, fp16_p=version == 2))
 
 
 SIZES = [(3, 1), (2, 17), (2, 45)]
@@ -75,16 +78,25 @@ SIZES = [(3, 1), (2, 17), (2, 45)]
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("d", [64, 128])
 @pytest.mark.parametrize("bh,S", SIZES, ids=[f"bh{b}-S{s}" for b, s in SIZES])
-def test_backward(bh, S, d, causal):
-    failures = run_check(bh, S, d, causal)
+@pytest.mark.parametrize("version", ab.VERSIONS)
+def test_backward(version, bh, S, d, causal):
+    failures = run_check(bh, S, d, causal, version)
     assert not failures, "\n".join(failures)
 
 
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-def test_backward_several_tiles_peaked(causal):
-    """77 rows: three key blocks and three query tiles of 32, the last partial, with scores over tens of
-    units (q 4x larger): dP - Dl cancels in most rows, where O's rounding weighs most."""
-    failures = run_check(2, 77, 64, causal, q_scale=4.0)
+@pytest.mark.parametrize("version", ab.VERSIONS)
+def test_backward_several_tiles_peaked(version, causal):
+    """150 rows: 5 key blocks and 5 query tiles of 32 (version 2: 3 of 64), the last partial, with scores
+    over tens of units (q 4x larger): dP - Dl cancels in most rows, where O's rounding weighs most."""
+    failures = run_check(2, 150, 64, causal, version, q_scale=4.0)
+    assert not failures, "\n".join(failures)
+
+
+@pytest.mark.parametrize("d", [64, 128])
+def test_mma_sm75_path(d):
+    """Version 2 with the T4's two m16n8k8 per k16 step (TC_SM75), which the emulator runs on its own."""
+    failures = run_check(2, 77, d, True, 2, sm75=True)
     assert not failures, "\n".join(failures)
 
 
@@ -103,36 +115,43 @@ def test_prep_zeroes_dq_and_sums_rows():
     assert (cudl.to_numpy(acc) == 0).all()
 
 
-def test_with_chapter12_forward():
+@pytest.mark.parametrize("version", ab.VERSIONS)
+def test_with_chapter12_forward(version):
     """The pair as training runs it: O and L from chapter 12's flash_attn_2_mma, then the backward, within
     a bound that adds the forward's own errors of O and L (attention_backward.forward_error_bounds)."""
     bh, S, d, causal = 2, 45, 64, True
     q, k, v, do = inputs(bh, S, d)
     o, lse = ab.forward(q, k, v, causal)
     ref = ab.reference(q, k, v, do, causal)
-    got = ab.backward(q, k, v, o, lse, do, causal)
+    got = ab.backward(q, k, v, o, lse, do, causal, version=version)
     cudl.sync()
     o_err, lse_err = ab.forward_error_bounds(q, k, v, ref)
-    bad = failures("chapter 12's forward", got, ref, ab.error_bounds(q, k, v, do, ref, o_err=o_err, lse_err=lse_err))
+    bounds = ab.error_bounds(q, k, v, do, ref, o_err=o_err, lse_err=lse_err, fp16_p=version == 2)
+    bad = failures(f"version {version} after chapter 12's forward", got, ref, bounds)
     assert not bad, "\n".join(bad)
 
 
+# (version, name): (text of the kernel, replacement): one slip each
 MUTANTS = {
-    "diagonal masked": ("causal && key > row", "causal && key >= row"),
-    "last query tile skipped": ("q0 < S; q0 += BR", "q0 + BR <= S; q0 += BR"),
-    "dQ without scale": ("a += dSs[r][c] * __half2float(Ks[c][cd]);",
-                         "a += dSs[r][c] * __half2float(Ks[c][cd]) / scale;"),
+    (1, "diagonal masked"): ("causal && key > row", "causal && key >= row"),
+    (1, "last query tile skipped"): ("q0 < S; q0 += BR", "q0 + BR <= S; q0 += BR"),
+    (1, "dQ without scale"): ("a += dSs[r][c] * __half2float(Ks[c][cd]);",
+                              "a += dSs[r][c] * __half2float(Ks[c][cd]) / scale;"),
+    (2, "dS fragment of dQ: row g twice"): ("pair(dSs, BCP, r0 + g + 8, c + 8)}",
+                                            "pair(dSs, BCP, r0 + g, c + 8)}"),
+    (2, "B fragment of dV, dK: k pairs 8 apart"): ("column_pair(Y, r + 8, 8 * dt + g)",
+                                                   "column_pair(Y, r + 1, 8 * dt + g)"),
 }
 
 
-@pytest.mark.parametrize("mutant", MUTANTS)
-def test_check_fails_on_mutants(mutant):
+@pytest.mark.parametrize("version,mutant", MUTANTS, ids=[f"v{v}-{m}" for v, m in MUTANTS])
+def test_check_fails_on_mutants(version, mutant):
     """The same check fails on kernels with one slip each (a test that cannot fail proves nothing)."""
-    old, new = MUTANTS[mutant]
-    src = (KERNELS_DIR / MAIN).read_text()
-    assert old in src, f"mutant {mutant!r}: {old!r} is no longer in {MAIN}"
-    kernel = cudl.load(src.replace(old, new), "flash_attn_bwd_1_smem", options=["-DHEAD_DIM=64"])
-    assert run_check(2, 45, 64, causal=True, kernel=kernel), f"the check passes a kernel with {mutant}"
+    old, new = MUTANTS[version, mutant]
+    path = KERNELS_DIR / D / f"{ab.VERSIONS[version]}.cu"
+    src = path.read_text()
+    assert old in src, f"mutant {mutant!r}: {old!r} is no longer in {path.name}"
+    assert run_check(2, 45, 64, True, version, source=src.replace(old, new)), f"the check passes {mutant}"
 
 
 def test_reference_matches_torch_autograd():
