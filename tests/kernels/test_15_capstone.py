@@ -131,27 +131,31 @@ def test_with_chapter12_forward(version):
     assert not bad, "\n".join(bad)
 
 
-# (version, name): (text of the kernel, replacement): one slip each
+# (version, name): (line of the kernel, replacement, race): one slip each; a race mutant (a missing barrier)
+# runs under the emulator's race check (tests/conftest.py mutated_kernel)
 MUTANTS = {
-    (1, "diagonal masked"): ("causal && key > row", "causal && key >= row"),
-    (1, "last query tile skipped"): ("q0 < S; q0 += BR", "q0 + BR <= S; q0 += BR"),
+    (1, "diagonal masked"): ("causal && key > row", "causal && key >= row", False),
+    (1, "last query tile skipped"): ("q0 < S; q0 += BR", "q0 + BR <= S; q0 += BR", False),
     (1, "dQ without scale"): ("a += dSs[r][c] * __half2float(Ks[c][cd]);",
-                              "a += dSs[r][c] * __half2float(Ks[c][cd]) / scale;"),
+                              "a += dSs[r][c] * __half2float(Ks[c][cd]) / scale;", False),
     (2, "dS fragment of dQ: row g twice"): ("pair(dSs, BCP, r0 + g + 8, c + 8)}",
-                                            "pair(dSs, BCP, r0 + g, c + 8)}"),
+                                            "pair(dSs, BCP, r0 + g, c + 8)}", False),
     (2, "B fragment of dV, dK: k pairs 8 apart"): ("column_pair(Y, r + 8, 8 * dt + g)",
-                                                   "column_pair(Y, r + 1, 8 * dt + g)"),
+                                                   "column_pair(Y, r + 1, 8 * dt + g)", False),
+    (2, "dS read before every warp wrote it"): ("__syncthreads();  // dSs is complete", "", True),
 }
 
 
 @pytest.mark.parametrize("version,mutant", MUTANTS, ids=[f"v{v}-{m}" for v, m in MUTANTS])
-def test_check_fails_on_mutants(version, mutant):
+def test_check_fails_on_mutants(version, mutant, mutated_kernel):
     """The same check fails on kernels with one slip each (a test that cannot fail proves nothing)."""
-    old, new = MUTANTS[version, mutant]
-    path = KERNELS_DIR / D / f"{ab.VERSIONS[version]}.cu"
-    src = path.read_text()
-    assert old in src, f"mutant {mutant!r}: {old!r} is no longer in {path.name}"
-    assert run_check(2, 45, 64, True, version, source=src.replace(old, new)), f"the check passes {mutant}"
+    old, new, race = MUTANTS[version, mutant]
+    src = mutated_kernel(D, ab.VERSIONS[version], old, new, race=race)
+    try:
+        failures = run_check(2, 45, 64, True, version, source=src)
+    except cudl.KernelFault as fault:  # the race check stops the launch
+        failures = [str(fault)]
+    assert failures, f"the check passes a kernel with {mutant}"
 
 
 def test_reference_matches_torch_autograd():
