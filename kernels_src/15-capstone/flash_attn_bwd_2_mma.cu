@@ -1,7 +1,7 @@
 // flash_attn_bwd_2_mma: flash_attn_bwd_1_smem's backward pass on Tensor Cores, one idea
 // more: every product is mma.sync m16n8k16 (fp16 in, fp32 accumulate; on sm_75 two
-// m16n8k8). Same arrays, same prep and dQ kernels (flash_attn_bwd_prep.cu), same
-// launch grid. A block of WARPS warps owns BC = 16 WARPS keys, a warp 16 of them, and
+// m16n8k8). Same arrays, same prep and dQ kernels (flash_attn_bwd_prep.cu). A block
+// of WARPS warps owns BC = 16 WARPS keys, a warp 16 of them, and
 // computes the transposed products S^T = K Q^T and dP^T = V dO^T for its keys and the
 // BR rows of a query tile: in the accumulator layout, P^T = exp(scale S^T - L) and
 // dS^T = scale P^T (dP^T - Dl) are at once the A fragments of dV += P^T dO and
@@ -14,9 +14,10 @@
 // halves (4 words more than a multiple of 32) put the 32 lanes' words on 32 banks.
 // causal != 0 masks key > query and starts at the query tile holding the block's first
 // key; rows and keys past S are zero-filled and masked, so any S >= 1 works.
-// Limit: no ldmatrix, no cp.async double buffering of the Q/dO tiles, no skipping of
-// fully masked warps: the next steps toward FlashAttention-2's backward (~50% of the
-// fp16 Tensor Core peak on an A100); SDPA's backward is the baseline.
+// Limit: shared-memory loads, not mma: B fragments whose k runs down a column take two
+// 16-bit loads per register (ldmatrix.trans would take one instruction per 4 registers),
+// Q/dO tiles are not double-buffered (cp.async) and fully masked warps are not skipped:
+// the next steps toward FlashAttention-2's backward. SDPA's backward is the baseline.
 // Compile with -DHEAD_DIM=64 or 128 (default 64), -DWARPS (4), -DBR (64; use 32 at
 // HEAD_DIM 128 for registers and shared memory).
 // Launch: block 32 * WARPS, grid (ceil(S / BC), BH), dynamic shared memory
