@@ -1,6 +1,7 @@
 """Chapter 15 (capstone) kernels: the attention backward pass (kernels_src/15-capstone/) against float64.
 
-dQ, dK and dV of flash_attn_bwd_prep.cu + flash_attn_bwd_1_smem.cu are compared (by the norm of the
+dQ, dK and dV of flash_attn_bwd_prep.cu + the main kernel (version 1: flash_attn_bwd_1_smem.cu, plain CUDA C;
+version 2: flash_attn_bwd_2_mma.cu, mma.sync, also on its sm_75 path) are compared (by the norm of the
 difference) with a float64 NumPy backward, given O and L of the float64 forward (rounded to the fp16 and float32
 the kernels read) or of chapter 12's flash_attn_2_mma.
 The tolerance is not a constant: attention_backward.error_bounds derives it from the inputs: a first-order
@@ -9,12 +10,13 @@ weighted by the magnitudes of the terms of each sum (the condition of the sums),
 the root-mean-square of the independent fp16 roundings plus the fp32 part of that bound. The largest term is
 O's fp16 rounding inside Dl = rowsum(dO O), which every dS = P (dP - Dl) of the row inherits: where dP - Dl
 cancels (a peaked softmax) it dominates. Inputs are exact fp16 values on both sides, so their own rounding
-adds nothing. The kernels land near 2e-4 relative (dV: its own fp16 rounding), 2 to 5 times under the
-tolerance.
+adds nothing. Version 1 lands near 2e-4 relative (dV: its own fp16 rounding), version 2 near 3e-4 (its
+fp16 P and dS), 2 to 5 times under the tolerance.
 Fresh random inputs (tests/conftest.py prints the seed of a failure; CUDL_TEST_SEED reruns it), NaN-poisoned
-outputs and dQ accumulator (the prep kernel must zero it), odd sequence lengths (1, 17, 45, 77: one partial
-tile, several tiles, the last partial), batch x heads > 1, d = 64 and 128, causal and not. Mutants of the
-main kernel (a mask one key off, a skipped last query tile, dQ without its scale) must fail the same check.
+outputs and dQ accumulator (the prep kernel must zero it), odd sequence lengths (1, 17, 45, 77, 150: one
+partial tile, several tiles, the last partial), batch x heads > 1, d = 64 and 128, causal and not. Mutants of the
+main kernel (a mask one key off, a skipped last query tile, dQ without its scale, wrong mma fragments, a missing
+barrier under the race check) must fail the same check.
 Runs on the CPU emulator by default and on a GPU under `make gpu-test` (where tests/gpu/
 test_attention_backward_gpu.py also compares with torch's SDPA backward).
 """
