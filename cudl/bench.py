@@ -253,10 +253,10 @@ class Pair:
         """The ratio (baseline time / fn time) of each round."""
         return [b / m for b, m in zip(self.baseline_rounds_ms, self.rounds_ms)]
 
-    def sign(self) -> int:
-        """+1 if fn is measurably faster than the baseline, -1 if measurably slower, 0 for no measurable
-        difference: see `measurable`."""
-        return measurable(self.timing, self.baseline, self.round_ratios)
+    def sign(self, at: float = 1.0) -> int:
+        """+1 if fn is measurably faster than the baseline (its ratio measurably above `at`, e.g. a target
+        of 0.9x), -1 if measurably slower, 0 for no measurable difference: see `measurable`."""
+        return measurable(self.timing, self.baseline, self.round_ratios, at)
 
     def __str__(self) -> str:
         return (f"{self.timing.name}: {self.timing.ms:.4g} ms, {self.baseline.name}: {self.baseline.ms:.4g} ms "
@@ -265,21 +265,23 @@ class Pair:
     __repr__ = __str__
 
 
-def measurable(t: Timing, baseline: Timing, round_ratios: Sequence[float] = ()) -> int:
-    """+1 if `t` is measurably faster than `baseline`, -1 if measurably slower, 0 if not measurably different.
+def measurable(t: Timing, baseline: Timing, round_ratios: Sequence[float] = (), at: float = 1.0) -> int:
+    """+1 if `t` is measurably faster than `baseline`, -1 if measurably slower, 0 if not measurably different;
+    with `at`, whether the speed ratio (baseline time / t's time) is measurably above or below `at` (a target
+    such as 0.9x a library) instead of 1.
 
     A difference counts when the ratio of the medians lies outside the run's own noise, taken as the larger
     half interquartile range of the two timings' runs (relative to the median), and, for bench_pair's
-    alternating rounds, when every round's ratio lies on the same side of 1. A verdict sentence ("faster",
+    alternating rounds, when every round's ratio lies on the same side of `at`. A verdict sentence ("faster",
     "pays", "meets") is then computed from this sign, never written for one outcome.
     """
     ratio = baseline.ms / t.ms
     noise = max(t.spread, baseline.spread) / 2
-    if round_ratios and not (all(r > 1 for r in round_ratios) or all(r < 1 for r in round_ratios)):
+    if round_ratios and not (all(r > at for r in round_ratios) or all(r < at for r in round_ratios)):
         return 0
-    if ratio > 1 + noise:
+    if ratio > at * (1 + noise):
         return 1
-    if ratio < 1 / (1 + noise):
+    if ratio < at / (1 + noise):
         return -1
     return 0
 

@@ -462,3 +462,11 @@ def test_measurable_uses_the_runs_noise_and_the_rounds():
     assert pair.sign() == 0
     pair.baseline_rounds_ms = [1.06, 1.05, 1.03]
     assert pair.sign() == 1
+    # against a target of 0.9x: a ratio of 0.95 (runs +-1%) is measurably above it, 0.85 below, 0.905 inside
+    assert measurable(timing(1.0, 0.99, 1.01), timing(0.95, 0.94, 0.96), at=0.9) == 1
+    assert measurable(timing(1.0, 0.99, 1.01), timing(0.85, 0.84, 0.86), at=0.9) == -1
+    assert measurable(timing(1.0, 0.99, 1.01), timing(0.905, 0.9, 0.91), at=0.9) == 0
+    assert pair.sign(at=1.05) == 0  # rounds 1.06, 1.05, 1.03 are not all above 1.05
+    pair.baseline_rounds_ms = [0.95, 0.95, 0.95]
+    pair.timing, pair.baseline = timing(1.0, 0.999, 1.001), timing(0.95, 0.949, 0.951)
+    assert pair.sign() == -1 and pair.sign(at=0.9) == 1
