@@ -474,6 +474,25 @@ def test_every_table_is_rendered(page: str) -> None:
     assert not raw, f"{page}: Markdown table source shown as text:\n" + "\n".join(raw)
 
 
+# A definition list whose term starts with "%" loses the term (MyST reads the line as a comment, "% of
+# ceiling" on the Scoreboard did): the definition is then a paragraph that starts with ": ".
+_LOST_TERM = re.compile(r"<p>\s*:\s")
+_NOT_CODE_BLOCK = re.compile(r"<(pre|script|style|textarea)\b.*?</\1>", re.DOTALL | re.IGNORECASE)
+
+
+def test_lost_definition_term_is_caught() -> None:
+    assert _LOST_TERM.search("<!-- of ceiling --><p>: the rate</p>")
+    assert not _LOST_TERM.search("<dl><dt>% of ceiling</dt><dd><p>the rate</p></dd></dl>")
+
+
+@pytest.mark.parametrize("page", PAGES or [pytest.param("", marks=pytest.mark.skip(reason="the book is not built"))])
+def test_no_definition_lost_its_term(page: str) -> None:
+    html = (HTML / page).read_text(errors="replace")
+    html = _NOT_CODE_BLOCK.sub(" ", html)  # inline code stays: "<p><code>x</code>: ..." is not a lost term
+    lost = [html[m.start():m.start() + 80] for m in _LOST_TERM.finditer(html)]
+    assert not lost, f"{page}: a definition without its term (escape a leading % as \\%):\n" + "\n".join(lost)
+
+
 _SCOREBOARD_LAYOUT = """() => ({
     page: document.documentElement.scrollWidth, screen: document.documentElement.clientWidth,
     text: document.querySelector("article").innerText,
