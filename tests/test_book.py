@@ -155,6 +155,7 @@ def _sample_records(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from cudl.bench import Timing
 
     record = importlib.import_module("cudl.record")  # cudl.record: a function
+    monkeypatch.setenv("CUDL_GIT_COMMIT", "0123456789abcdef0123456789abcdef01234567")  # whole, as a run stores it
     for gpu, scale in (("NVIDIA H100 80GB HBM3", 1.0), ("Tesla T4", 10.0)):
         n, mnk = 2**26, 2 * 4096**3
         # ceilings such that vector_add reaches 91% of the copy, matmul_1_naive 40% of cuBLAS fp32, hgemm
@@ -192,6 +193,9 @@ def _sample_records(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
                       dtype="float16", baseline=timing("chunk 4096", 1.0), path=out)
         record.record(timing("row_sum_block", 0.07, bytes=4 * n), chapter="04-reductions", shape=n,
                       dtype="float32", note="read-only: passes a 1:1 copy", path=out)
+        # within 0.5% of the library: no direction in "1.00x faster"
+        record.record(timing("relu", 0.25, bytes=8 * n), chapter="03-elementwise", shape=n, dtype="float32",
+                      baseline=timing("torch.relu", 0.2505, bytes=8 * n), path=out)
         atomic, torch_sum = timing("sum_atomic", 76.3, bytes=4 * n), timing("torch.sum", 0.1, bytes=4 * n)
         record.record(atomic, chapter="04-reductions", shape=n, dtype="float32", baseline=torch_sum,
                       path=out, demo=True)
@@ -222,7 +226,7 @@ def test_scoreboard_without_records(tmp_path: Path, monkeypatch: pytest.MonkeyPa
 
 def test_scoreboard_with_records(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _sample_records(tmp_path, monkeypatch)
-    assert len(json.loads((tmp_path / "tesla-t4.json").read_text())) == 10
+    assert len(json.loads((tmp_path / "tesla-t4.json").read_text())) == 11
     markdown, images = _execute_scoreboard(tmp_path, monkeypatch)
     assert "No runs recorded yet" not in markdown
     for expected in ("{rubric} NVIDIA H100 80GB HBM3", "{rubric} Tesla T4", "<code>vector_add</code>",
@@ -246,11 +250,13 @@ def test_scoreboard_with_records(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
         "split-K": {"% of ceiling": "80% of read-only stream", "vs library": "–",
                     "vs previous step": "10.00× faster than chunk 4096"},
         "row_sum_block": {"% of ceiling": "108% [1] of 1:1 copy"},
+        "relu": {"vs library": "1.002× the speed of torch.relu"},
     }
     for kernel, cells in expected_cells.items():
         for column, text in cells.items():
             assert rows[kernel][column] == text, f"{kernel}, {column}: {rows[kernel][column]!r}, expected {text!r}"
     assert "[1] read-only: passes a 1:1 copy" in real
+    assert "float32 · 0123456 " in rows["vector_add"]["Kernel"] + " " and "0123456789" not in real
     assert len(images) == 2, "one plot per GPU"
     multi = markdown.split("ring / NCCL all-reduce")[-1]
     assert "<td" in multi and "300 / 360 GB/s (83%)" in multi and "72%" in multi and "| GPUs |" not in markdown
