@@ -719,12 +719,14 @@ class Module:
         if addr < 65536:
             return f"invalid {rw} at address {addr:#x} (a null pointer?) by {who} {where}"
         # Unmapped memory beyond the guard pages: name the argument array nearest to the address (an index far
-        # out of range, e.g. a row index times the wrong width), when it lies within 1 GiB of one.
+        # out of range, e.g. a row index times the wrong width) and how far from it the address lies. At any
+        # distance: where the operating system maps the guarded copies relative to other memory is not ours to
+        # choose (a limit of 1 GiB made the message depend on the process's memory layout).
         near = []
         for k, gd in guards.items():
             start, a = gd.ptr(args[k]), args[k]
             near.append((start - addr if addr < start else addr - start - a.nbytes, k, start))
-        if near and min(near)[0] < 1 << 30:
+        if near:
             dist, k, start = min(near)
             a, p = args[k], params[k]
             idx = (addr - start) // a.itemsize if addr >= start else -((start - addr + a.itemsize - 1) // a.itemsize)
