@@ -11,6 +11,7 @@ import numpy as np
 
 import cudl
 from cudl.grade import grader
+from cudl.grade.checks import same_bits
 from cudl.grade.guard import check_guard, guarded, guarded_output
 
 BLOCK = 256  # threads per block: 8 warps, so 8 rows per block
@@ -93,7 +94,7 @@ def rmsnorm_backward(load: Any, case: dict[str, Any]) -> list[tuple[Any, Any]]:
 # ------------------------------------------------------------------------------ challenge: add + RMSNorm
 
 @grader("add_rmsnorm", kernels=["add_rmsnorm"], cases=CASES, emulator_cases=EMU_CASES,
-        speed=dict(case=dict(rows=4099, cols=4096), factor=2),
+        speed=dict(case=dict(rows=4099, cols=4096), factor=2, bytes=4 * (4 * 4099 * 4096 + 4096)),  # x res h y, w
         hint=["one warp per row, as in the chapter's fused kernels: the warp reads x and res once, writes the "
               "sum h (the next residual) and adds up h squared for the row in fp32; every lane then needs the "
               "row's total to scale its own columns",
@@ -116,8 +117,8 @@ def add_rmsnorm(load: Any, case: dict[str, Any]) -> list[tuple[Any, Any]]:
     cudl.sync()
     check_guard(hbuf, rows * cols, "h")
     check_guard(ybuf, rows * cols, "y")
-    hd = x_host.astype(np.float64) + r_host
-    # the sum is rounded to fp32 once (h is stored in fp32): normalise that, as the kernel does
-    h32 = hd.astype(np.float32).astype(np.float64)
-    yd = h32 / np.sqrt((h32 * h32).mean(axis=1, keepdims=True) + 1e-6) * w_host.astype(np.float64)
-    return [(h, hd), (y, yd)]
+    # h = x + res is one fp32 addition: its bits are fixed (compared as integers)
+    h32 = x_host + r_host
+    same_bits(h.view(np.uint32), h32.view(np.uint32), "h", "h = x + res is one fp32 addition, rounded once")
+    yd = h32 / np.sqrt((h32.astype(np.float64) ** 2).mean(axis=1, keepdims=True) + 1e-6) * w_host.astype(np.float64)
+    return [(h.view(np.uint32), h32.view(np.uint32)), (y, yd)]

@@ -168,3 +168,82 @@ def test_layernorm_backward(dtype, shape):
         check(dx, dx_ref, dtype, "dx")
         check(dw, dw_ref, dtype, "dw")
         check(db, db_ref, dtype, "db")
+
+
+# ------------------------------------------------------------------ version 4: fused_rows_pipelined.cu
+PIPE = "07-fusion/fused_rows_pipelined.cu"
+
+
+def threads_n(cols: int, n: int) -> int:
+    """Threads for N values each: a multiple of 32 with N * threads >= cols."""
+    return max(32, -(-cols // (32 * n)) * 32)
+
+
+# grid = rows: one row per block (no row is loaded ahead); 2 and 3 blocks: each block walks several rows with
+# D of them in flight, and rows % blocks != 0 for most shapes, so blocks end after different numbers of rows
+PIPE_GRIDS = (None, 2, 3)
+PIPE_SHAPES = [(1, 1), (3, 33), (5, 1000), (5, 4099)]
+PIPE_CONFIGS = [(8, 1), (8, 2), (16, 1), (16, 2)]  # (N values per thread, D rows in flight per block)
+
+
+@pytest.mark.parametrize("shape", PIPE_SHAPES)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_softmax_pipelined(dtype, shape):
+    rows, cols = shape
+    x, xd = store(big_inputs(rows, cols), dtype)
+    for n, d in PIPE_CONFIGS:
+        for grid in PIPE_GRIDS:
+            y = poisoned(shape, dtype)
+            cudl.load(PIPE, f"softmax_pipelined<{CTYPE[dtype]}, {n}, {d}>")(
+                (grid or rows,), (threads_n(cols, n),), (x, y, rows, cols))
+            check(y, softmax_ref(xd), dtype, f"softmax_pipelined<{dtype}, {n}, {d}>, grid {grid or rows}")
+
+
+@pytest.mark.parametrize("shape", PIPE_SHAPES)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_layernorm_pipelined(dtype, shape):
+    rows, cols = shape
+    (x, xd), (w, wd), (b, bd) = norm_inputs(rows, cols, dtype)
+    mu, var = xd.mean(1, keepdims=True), xd.var(1, keepdims=True)
+    for n, d in PIPE_CONFIGS:
+        for grid in PIPE_GRIDS:
+            y, mean, rstd = poisoned(shape, dtype), cudl.poisoned(rows), cudl.poisoned(rows)
+            cudl.load(PIPE, f"layernorm_pipelined<{CTYPE[dtype]}, {n}, {d}>")(
+                (grid or rows,), (threads_n(cols, n),), (x, w, b, y, mean, rstd, rows, cols, 1e-5),
+                shared_mem=2 * cols * x.itemsize)
+            name = f"layernorm_pipelined<{dtype}, {n}, {d}>, grid {grid or rows}"
+            check(y, (xd - mu) / np.sqrt(var + 1e-5) * wd + bd, dtype, name)
+            check(mean, mu[:, 0], "float32", name + ": mean")
+            check(rstd, 1 / np.sqrt(var[:, 0] + 1e-5), "float32", name + ": rstd")
+
+
+@pytest.mark.parametrize("shape", PIPE_SHAPES)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_rmsnorm_pipelined(dtype, shape):
+    rows, cols = shape
+    (x, xd), (w, wd), _ = norm_inputs(rows, cols, dtype)
+    r = 1 / np.sqrt((xd * xd).mean(1, keepdims=True) + 1e-6)
+    for n, d in PIPE_CONFIGS:
+        for grid in PIPE_GRIDS:
+            y, rstd = poisoned(shape, dtype), cudl.poisoned(rows)
+            cudl.load(PIPE, f"rmsnorm_pipelined<{CTYPE[dtype]}, {n}, {d}>")(
+                (grid or rows,), (threads_n(cols, n),), (x, w, y, rstd, rows, cols, 1e-6),
+                shared_mem=cols * x.itemsize)
+            name = f"rmsnorm_pipelined<{dtype}, {n}, {d}>, grid {grid or rows}"
+            check(y, xd * r * wd, dtype, name)
+            check(rstd, r[:, 0], "float32", name + ": rstd")
+
+
+def test_pipelined_instances():
+    """Instances named literally, so that tests/test_kernels_compile.py compiles them with NVRTC for every GPU
+    generation (the chapter and the tests above build their names with f-strings)."""
+    kernels = [
+        cudl.load("07-fusion/fused_rows_pipelined.cu", "softmax_pipelined<float, 8, 1>"),
+        cudl.load("07-fusion/fused_rows_pipelined.cu", "softmax_pipelined<__half, 16, 2>"),
+        cudl.load("07-fusion/fused_rows_pipelined.cu", "layernorm_pipelined<float, 16, 1>"),
+        cudl.load("07-fusion/fused_rows_pipelined.cu", "layernorm_pipelined<bfloat16, 8, 2>"),
+        cudl.load("07-fusion/fused_rows_pipelined.cu", "rmsnorm_pipelined<__half, 8, 1>"),
+        cudl.load("07-fusion/fused_rows_pipelined.cu", "rmsnorm_pipelined<float, 16, 2>"),
+    ]
+    assert [k.name.split("<")[0] for k in kernels] == ["softmax_pipelined"] * 2 + ["layernorm_pipelined"] * 2 + [
+        "rmsnorm_pipelined"] * 2
