@@ -78,15 +78,17 @@ class Timing:
         Within the timing's own run-to-run spread (half its interquartile range) it is noise; beyond it, the
         measured ceiling is slower than this traffic can go on this GPU.
         """
-        found = self.pct_of_ceiling()
+        found = self.ceiling()
         if found is None or found[0] <= 100:
             return None
-        pct, name = found
+        pct, c = found
+        name = {"copy": "the 1:1 copy", "read": "the read-only stream",
+                "mix": "the ceiling of its read/write mix"}.get(c.key, c.name)
         half_iqr = 50 * self.spread
         if pct - 100 <= half_iqr:
-            return f"{pct:.1f}% of the {name}: within this timing's run-to-run spread (±{half_iqr:.1f}%) of it"
-        return (f"{pct:.1f}% of the {name}: above it by more than this timing's run-to-run spread "
-                f"(±{half_iqr:.1f}%), so that measured ceiling is not the fastest this traffic goes on this GPU")
+            return f"{pct:.1f}% of {name}, within this timing's run-to-run spread (±{half_iqr:.1f}%)"
+        return (f"{pct:.1f}% of {name}, above it by more than this timing's run-to-run spread "
+                f"(±{half_iqr:.1f}%): that measured ceiling is not the fastest this traffic goes on this GPU")
 
     def speedup_over(self, other: Timing) -> float:
         """How many times faster this is than `other` (>1: faster)."""

@@ -273,11 +273,13 @@ def test_above_ceiling_says_noise_or_a_slow_ceiling(gpu):
     assert at(99.0, 0.5).above_ceiling() is None
     assert at(100.0, 0.5).above_ceiling() is None
     within = at(100.3, 0.5).above_ceiling()
-    assert within.startswith("100.3% of the 1:1 copy: within") and "±0.5%" in within
+    assert within.startswith("100.3% of the 1:1 copy, within") and "±0.5%" in within
     beyond = at(102.0, 0.5).above_ceiling()
-    assert beyond.startswith("102.0% of the 1:1 copy: above it by more than") and "not the fastest" in beyond
+    assert beyond.startswith("102.0% of the 1:1 copy, above it by more than") and "not the fastest" in beyond
     read = Timing("sum", 1.0, 0.99, 1.01, 10, bytes=3.4e9, traffic="read")  # 3,400 GB/s: 103% of 3,300
-    assert read.above_ceiling().startswith("103.0% of the read-only stream: above")
+    assert read.above_ceiling().startswith("103.0% of the read-only stream, above")
+    mix = Timing("vector_add", 1.0, 0.99, 1.01, 10, bytes=3.4e9, traffic=(2.4e9, 1e9))
+    assert mix.above_ceiling().startswith("1") and "of the ceiling of its read/write mix, above" in mix.above_ceiling()
 
 
 def test_roofline_takes_the_closer_ceiling(gpu):
