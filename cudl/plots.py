@@ -83,8 +83,9 @@ def bandwidth_line(timings: Sequence[Timing]) -> tuple[float, str]:
     One line per figure: a chart of reductions draws the read-only stream its bars are a percentage of,
     not the copy that they may pass.
     """
-    kinds = {tuple(t.traffic) if isinstance(t.traffic, (tuple, list)) else t.traffic or "copy"
-             for t in timings if t.bytes}
+    # a mix is its ratio of bytes read to bytes written, whatever the size (a sweep over sizes shares one)
+    kinds = {(round(t.traffic[0] / t.traffic[1], 9), 1.0) if isinstance(t.traffic, (tuple, list))
+             else t.traffic or "copy" for t in timings if t.bytes}
     c = memory_ceiling(kinds.pop()) if len(kinds) == 1 and "copy" not in kinds else None
     if c is None:  # a 1:1 copy, timings of different traffic, or no read-only stream measured
         return ceilings()["copy_gbps"], LINE_LABELS["copy"]

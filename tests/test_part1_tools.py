@@ -82,6 +82,8 @@ def test_the_line_is_the_ceiling_of_the_timings_traffic(monkeypatch) -> None:
     assert cudl.plots.bandwidth_line(read) == (3300.0, "measured read-only stream")
     value, label = cudl.plots.bandwidth_line([mix])
     assert 3000 < value < 3300 and label == "measured ceiling of this read/write mix"
+    sweep = [Timing("vector_add", 1.0, 0.9, 1.1, 10, bytes=3 * m, traffic=(2 * m, m)) for m in (1e6, 1e9)]
+    assert cudl.plots.bandwidth_line(sweep) == (value, label)  # one ratio, many sizes: one line
     assert cudl.plots.bandwidth_line([copy]) == (3000.0, "measured copy bandwidth")
     assert cudl.plots.bandwidth_line([*read, copy]) == (3000.0, "measured copy bandwidth")  # no shared traffic
     ax = cudl.plots.bars(read[:1], baseline=read[1])
