@@ -20,7 +20,7 @@ from .autotune import Tuned, autotune
 from .backend import backend as backend_name
 from .backend import on_gpu, require_gpu, size, sync, to_numpy
 from .bench import Pair, Timing, bench, bench_pair, flush_l2, measurable, sweep
-from .ceilings import DATASHEET, ceilings, datasheet
+from .ceilings import DATASHEET, ceilings, datasheet, memory_ceiling
 from .check import check, compare, poisoned, randn
 from .counters import Counters, counters
 from .env import banner, device_info, glue, gpu_name, setup, show, span
@@ -38,6 +38,7 @@ __all__ = [
 __all__ += ["Counters", "KernelTimeout", "counters"]  # emulator checks (issue 7)
 __all__ += ["Pair", "bench_pair", "measurable"]  # a kernel timed in turn with its baseline; noise-aware verdicts
 __all__ += ["Tuned", "autotune"]  # build options chosen per GPU and shape, checked, timed, cached (issue 24)
+__all__ += ["memory_ceiling"]  # the bandwidth ceiling of a traffic: 'copy', 'read' or (bytes read, bytes written)
 
 
 def __getattr__(name: str):

@@ -72,6 +72,24 @@ class Timing:
         found = self.ceiling(compute)
         return (found[0], found[1].name) if found else None
 
+    def above_ceiling(self) -> str | None:
+        """Why this timing passes 100% of its ceiling (a note for cudl.record and the page); None at or below 100%.
+
+        Within the timing's own run-to-run spread (half its interquartile range) it is noise; beyond it, the
+        measured ceiling is slower than this traffic can go on this GPU.
+        """
+        found = self.ceiling()
+        if found is None or found[0] <= 100:
+            return None
+        pct, c = found
+        name = {"copy": "the 1:1 copy", "read": "the read-only stream",
+                "mix": "the ceiling of its read/write mix"}.get(c.key, c.name)
+        half_iqr = 50 * self.spread
+        if pct - 100 <= half_iqr:
+            return f"{pct:.1f}% of {name}, within this timing's run-to-run spread (±{half_iqr:.1f}%)"
+        return (f"{pct:.1f}% of {name}, above it by more than this timing's run-to-run spread "
+                f"(±{half_iqr:.1f}%): that measured ceiling is not the fastest this traffic goes on this GPU")
+
     def speedup_over(self, other: Timing) -> float:
         """How many times faster this is than `other` (>1: faster)."""
         return other.ms / self.ms

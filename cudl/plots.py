@@ -10,7 +10,7 @@ import numpy as np
 from matplotlib.ticker import FuncFormatter, NullFormatter, NullLocator
 
 from .bench import Timing
-from .ceilings import ceilings
+from .ceilings import ceilings, memory_ceiling
 from .env import gpu_name
 
 LIBRARY_COLOR = "#444444"
@@ -72,6 +72,26 @@ def roofline(points: Sequence[Timing], *, compute: str = "fp32", ax: Any = None)
     return ax
 
 
+# How each bandwidth ceiling is named on a figure (Ceiling.key -> label).
+LINE_LABELS = {"copy": "measured copy bandwidth", "read": "measured read-only stream",
+               "mix": "measured ceiling of this read/write mix"}
+
+
+def bandwidth_line(timings: Sequence[Timing]) -> tuple[float, str]:
+    """(GB/s, label) of the bandwidth ceiling that the timings' traffic shares; the 1:1 copy if they differ.
+
+    One line per figure: a chart of reductions draws the read-only stream its bars are a percentage of,
+    not the copy that they may pass.
+    """
+    # a mix is its ratio of bytes read to bytes written, whatever the size (a sweep over sizes shares one)
+    kinds = {(round(t.traffic[0] / t.traffic[1], 9), 1.0) if isinstance(t.traffic, (tuple, list))
+             else t.traffic or "copy" for t in timings if t.bytes}
+    c = memory_ceiling(kinds.pop()) if len(kinds) == 1 and "copy" not in kinds else None
+    if c is None:  # a 1:1 copy, timings of different traffic, or no read-only stream measured
+        return ceilings()["copy_gbps"], LINE_LABELS["copy"]
+    return c.value, LINE_LABELS[c.key]
+
+
 def bars(timings: Sequence[Timing], *, baseline: Timing | None = None, metric: str = "gbps",
          ceiling: bool = True, ax: Any = None) -> Any:
     """Horizontal bars of variants (GB/s, TFLOP/s or % of baseline), the library drawn in grey."""
@@ -95,7 +115,8 @@ def bars(timings: Sequence[Timing], *, baseline: Timing | None = None, metric: s
     colors = ["C0"] * len(timings) + ([LIBRARY_COLOR] if baseline else [])
     ax.barh([t.name for t in rows], vals, color=colors)
     ax.invert_yaxis()
-    line = ceilings()["copy_gbps"] if ceiling and metric == "gbps" else 100 if metric == "pct" else 0
+    line, line_label = (bandwidth_line(rows) if ceiling and metric == "gbps" else
+                        (100, "baseline = 100%") if metric == "pct" else (0, ""))
     # room right of the longest bar (or the ceiling line) for its value label
     ax.set_xlim(0, 1.22 * max([*vals, line]))
     for i, v in enumerate(vals):
@@ -106,7 +127,7 @@ def bars(timings: Sequence[Timing], *, baseline: Timing | None = None, metric: s
         ax.set_ylim(len(rows) - 0.5, -1.3)
         color = "C3" if metric == "gbps" else LIBRARY_COLOR
         ax.axvline(line, color=color, ls="--", zorder=0)
-        ax.text(line, -0.9, "measured copy bandwidth " if metric == "gbps" else "baseline = 100% ",
+        ax.text(line, -0.9, line_label + " ",
                 ha="right", va="center", fontsize=8, color=color)
     ax.set(xlabel=labels[metric], title=f"{gpu_name()}")
     return ax
@@ -124,7 +145,8 @@ def rate_vs_size(sizes: Sequence[float], series: Mapping[str, Sequence[Timing]],
         style = dict(color=LIBRARY_COLOR, ls="--") if name == library else dict(ls="-")
         ax.plot(sizes, [getattr(t, metric) for t in ts], marker="o", ms=3, label=name, **style)
     if metric == "gbps":
-        ax.axhline(ceilings()["copy_gbps"], color="C3", ls=":", label="measured copy bandwidth")
+        value, label = bandwidth_line([t for ts in series.values() for t in ts])
+        ax.axhline(value, color="C3", ls=":", label=label)
     ax.set_xscale("log", base=2)
     log2_axis(ax.xaxis)
     if logy:

@@ -264,6 +264,24 @@ def test_memory_ceiling_matches_the_traffic(gpu):
     assert CEIL.mix_gbps(1, 0, 3000, 3300) == pytest.approx(3300)  # the read stream itself
 
 
+def test_above_ceiling_says_noise_or_a_slow_ceiling(gpu):
+    """A percentage above 100 is explained: inside the timing's half-IQR it is noise, beyond it the ceiling."""
+    def at(pct: float, half_iqr_pct: float) -> Timing:
+        ms = 1.0 / (pct / 100)  # 3e9 bytes: 3,000 GB/s (the fake copy) in 1 ms
+        return Timing("gelu", ms, ms * (1 - half_iqr_pct / 100), ms * (1 + half_iqr_pct / 100), 10, bytes=3e9)
+
+    assert at(99.0, 0.5).above_ceiling() is None
+    assert at(100.0, 0.5).above_ceiling() is None
+    within = at(100.3, 0.5).above_ceiling()
+    assert within.startswith("100.3% of the 1:1 copy, within") and "±0.5%" in within
+    beyond = at(102.0, 0.5).above_ceiling()
+    assert beyond.startswith("102.0% of the 1:1 copy, above it by more than") and "not the fastest" in beyond
+    read = Timing("sum", 1.0, 0.99, 1.01, 10, bytes=3.4e9, traffic="read")  # 3,400 GB/s: 103% of 3,300
+    assert read.above_ceiling().startswith("103.0% of the read-only stream, above")
+    mix = Timing("vector_add", 1.0, 0.99, 1.01, 10, bytes=3.4e9, traffic=(2.4e9, 1e9))
+    assert mix.above_ceiling().startswith("1") and "of the ceiling of its read/write mix, above" in mix.above_ceiling()
+
+
 def test_roofline_takes_the_closer_ceiling(gpu):
     """Bytes and flops both given: the percentage of the ceiling the kernel comes closest to."""
     t = Timing("fma_intensity", 1.0, 1.0, 1.0, 10, bytes=0.3e9, flops=30e9, compute="fp32")  # 300 GB/s, 30 TFLOP/s

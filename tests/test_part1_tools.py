@@ -67,6 +67,33 @@ def test_bars_leave_room_for_labels(monkeypatch) -> None:
     plt.close(ax.figure)
 
 
+def test_the_line_is_the_ceiling_of_the_timings_traffic(monkeypatch) -> None:
+    """Bars of reductions draw the read-only stream, vector add its read/write mix; mixed traffic: the copy."""
+    import importlib
+
+    fake = {"gpu": "G", "copy_gbps": 3000.0, "read_gbps": 3300.0, "names": {}}
+    monkeypatch.setattr(importlib.import_module("cudl.ceilings"), "ceilings", lambda refresh=False: fake)
+    monkeypatch.setattr(cudl.plots, "ceilings", lambda: fake)
+    monkeypatch.setattr(cudl.plots, "gpu_name", lambda: "test GPU")
+    read = [Timing("sum", 1.0, 0.9, 1.1, 10, bytes=3e9, traffic="read"),
+            Timing("torch.sum", 1.1, 1.0, 1.2, 10, bytes=3e9, traffic="read")]
+    mix = Timing("vector_add", 1.0, 0.9, 1.1, 10, bytes=3e9, traffic=(2e9, 1e9))
+    copy = Timing("gelu", 1.0, 0.9, 1.1, 10, bytes=3e9)
+    assert cudl.plots.bandwidth_line(read) == (3300.0, "measured read-only stream")
+    value, label = cudl.plots.bandwidth_line([mix])
+    assert 3000 < value < 3300 and label == "measured ceiling of this read/write mix"
+    sweep = [Timing("vector_add", 1.0, 0.9, 1.1, 10, bytes=3 * m, traffic=(2 * m, m)) for m in (1e6, 1e9)]
+    assert cudl.plots.bandwidth_line(sweep) == (value, label)  # one ratio, many sizes: one line
+    assert cudl.plots.bandwidth_line([copy]) == (3000.0, "measured copy bandwidth")
+    assert cudl.plots.bandwidth_line([*read, copy]) == (3000.0, "measured copy bandwidth")  # no shared traffic
+    ax = cudl.plots.bars(read[:1], baseline=read[1])
+    assert ax.get_xlim()[1] >= 1.2 * 3300 and any("read-only stream" in t.get_text() for t in ax.texts)
+    plt.close(ax.figure)
+    ax = cudl.plots.rate_vs_size([2**20, 2**21], {"sum": read, "torch": read})
+    assert [line.get_ydata()[0] for line in ax.lines if line.get_label() == "measured read-only stream"] == [3300]
+    plt.close(ax.figure)
+
+
 def test_figures_render_at_hidpi() -> None:
     assert plt.rcParams["savefig.dpi"] >= 2 * plt.rcParams["figure.dpi"] >= 150
 
