@@ -197,13 +197,15 @@ class Kernel:
 
 
 def allow_shared(func: Any, nbytes: int) -> None:
-    """Let a compiled CuPy function (RawModule.get_function) use `nbytes` of dynamic shared memory: above
-    48 KiB a kernel must opt in (cuFuncSetAttribute); CuPy's Function has no property for it."""
+    """Let a CuPy kernel use `nbytes` of dynamic shared memory: above 48 KiB a kernel must opt in
+    (cuFuncSetAttribute). `func` is a RawKernel (its compiled Function is `.kernel`) or a Function from
+    RawModule.get_function, which has no property for it, so both go through the driver call."""
     import cupy
 
     driver = cupy.cuda.driver
+    function = func if hasattr(func, "ptr") else func.kernel
     attr = getattr(driver, "CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES", 8)  # 8 in CUDA's cuda.h
-    driver.funcSetAttribute(func.ptr, attr, int(nbytes))
+    driver.funcSetAttribute(function.ptr, attr, int(nbytes))
 
 
 @functools.lru_cache(maxsize=256)

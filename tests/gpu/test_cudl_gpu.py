@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import cudl
+import cudl.occupancy
 
 cupy = pytest.importorskip("cupy")
 
@@ -71,7 +72,8 @@ def test_ceilings_are_plausible_and_cached():
     assert cudl.ceilings() == c  # second call reads the cache
 
 
-def test_more_than_48_kib_of_dynamic_shared_memory():
+@pytest.mark.parametrize("name", ["stage", "stage_t<float>"])  # a RawKernel, and a RawModule's template function
+def test_more_than_48_kib_of_dynamic_shared_memory(name):
     """A launch (and the occupancy query) with 64 KiB of dynamic shared memory opts the kernel in first:
     without it the driver refuses the launch (chapter 7's sweep failed so on the H200)."""
     k = cudl.load(r"""
@@ -80,9 +82,16 @@ extern "C" __global__ void stage(const float* x, float* y, int n) {
     for (int i = threadIdx.x; i < n; i += blockDim.x) s[i] = x[i];
     __syncthreads();
     for (int i = threadIdx.x; i < n; i += blockDim.x) y[i] = 2.0f * s[n - 1 - i];
-}""", "stage")
+}
+template <typename T> __global__ void stage_t(const T* x, T* y, int n) {
+    extern __shared__ unsigned char raw[];
+    T* s = reinterpret_cast<T*>(raw);
+    for (int i = threadIdx.x; i < n; i += blockDim.x) s[i] = x[i];
+    __syncthreads();
+    for (int i = threadIdx.x; i < n; i += blockDim.x) y[i] = T(2) * s[n - 1 - i];
+}""", name)
     n = 16384  # 64 KiB of floats
     x, y = cudl.randn(n), cudl.poisoned(n)
     assert cudl.occupancy.cuda_api(k, 256, 4 * n) >= 1
-    k((1,), (256,), (x, y, n), shared_mem=4 * n)
+    k((1,), (256,), (x, y, np.int32(n)), shared_mem=4 * n)
     cudl.check(y, 2 * cudl.to_numpy(x)[::-1], name="stage through 64 KiB of shared memory")
