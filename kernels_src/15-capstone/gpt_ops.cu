@@ -10,16 +10,16 @@
 //                        tokens sorted by id on the host), so the sum is deterministic
 //                        (atomicAdd would add in a different order at every run)
 //   position_backward    dwpe[s] = sum over the batch of dx[b seq + s]
-//   cast_transpose       y = half(scale x) and yt = its transpose, through a 32 x 32 tile
-//                        of shared memory so that both the reads and the writes coalesce
-//   residual_add         out = x + y (+ bias): the residual stream, with a projection's bias
-//   split_heads          [rows, parts C] fp32 (+ bias) -> parts arrays [B H, seq, hd] fp16,
+//   cast_transpose       y = half(scale x) and yt = its transpose, through a 32 x 32
+//                        tile of shared memory so that reads and writes both coalesce
+//   residual_add         out = x + y (+ bias): the residual stream, a projection's bias
+//   split_heads          [rows, parts C] fp32 (+ bias) -> `parts` fp16 [B H, seq, hd],
 //                        the layout of the attention kernels; merge_heads is the inverse
 //                        (fp16 heads -> fp32 rows)
 //   block_sum            per-block sums (of squares) in a fixed order: a deterministic
 //                        gradient norm in two launches
-//   grad_unscale_clip    g *= min(1, max_norm / (||g|| + 1e-6)) / loss_scale, reading ||g||^2
-//                        from device memory (no host round trip; a CUDA graph can hold it)
+//   grad_unscale_clip    g *= min(1, max_norm / (||g|| + 1e-6)) / loss_scale, reading
+//                        ||g||^2 from device memory (no host round trip: graphs hold it)
 // Limit: all memory-bound (a few bytes per element): target the copy bandwidth. Together
 // they move a few times the activations once per layer; the GEMMs dominate the step.
 // Launch: grid-stride kernels take block (256) and any grid; cast_transpose block
@@ -52,7 +52,7 @@ extern "C" __global__ void embedding_forward(const int* __restrict__ tokens,
 }
 
 // order: the rows sorted by token (stable), starts[v] .. starts[v + 1] - 1 the positions
-// in `order` of the rows of token v (a CSR of the batch, built with the batch on the host)
+// in `order` of the rows of token v (a CSR of the batch, built on the host with it)
 extern "C" __global__ void embedding_backward(const float* __restrict__ dx,
                                               const int* __restrict__ order,
                                               const int* __restrict__ starts,
@@ -94,7 +94,7 @@ extern "C" __global__ void cast_transpose(const float* __restrict__ x,
     if (!yt) return;  // uniform over the block: the barrier below is met by all or none
     __syncthreads();
     for (int i = threadIdx.y; i < TILE; i += blockDim.y) {
-        const int c = c0 + i, r = r0 + threadIdx.x;  // row c of yt, read down tile's column
+        const int c = c0 + i, r = r0 + threadIdx.x;  // yt's row c: down a tile column
         if (r < rows && c < cols)
             yt[(long long)c * rows + r] = __float2half_rn(tile[threadIdx.x][i]);
     }
@@ -103,7 +103,8 @@ extern "C" __global__ void cast_transpose(const float* __restrict__ x,
 // out may be x (in place); bias may be null
 extern "C" __global__ void residual_add(float* out, const float* x,
                                         const float* __restrict__ y,
-                                        const float* __restrict__ bias, int rows, int cols) {
+                                        const float* __restrict__ bias, int rows,
+                                        int cols) {
     const long long n = (long long)rows * cols;
     for (long long i = first_index(); i < n; i += grid_stride())
         out[i] = x[i] + y[i] + (bias ? bias[i % cols] : 0.f);
@@ -113,7 +114,8 @@ extern "C" __global__ void residual_add(float* out, const float* x,
 // to dst_p[((b heads + h) seq + s) hd + d] (dst_1, dst_2 unused when parts = 1)
 extern "C" __global__ void split_heads(const float* __restrict__ src,
                                        const float* __restrict__ bias,
-                                       __half* __restrict__ dst0, __half* __restrict__ dst1,
+                                       __half* __restrict__ dst0,
+                                       __half* __restrict__ dst1,
                                        __half* __restrict__ dst2, int batch, int seq,
                                        int heads, int hd, int parts) {
     const int C = heads * hd, width = parts * C;

@@ -375,3 +375,26 @@ def test_optimizer_step_matches_float64(toy):
         if not (np.array_equal(host(model.w16[name]), w) and np.array_equal(host(model.wt16[name]), w.T)):
             bad.append(f"{name}: the fp16 copies are not the new weights rounded")
     assert not bad, f"seed {seed}:\n" + "\n".join(bad)
+
+
+def test_gpu_check_sections_run_on_the_emulator(toy, monkeypatch):
+    """gpu_check.py's check and train sections at the toy size, the twin on the CPU: they run, record their
+    numbers and report no failure (the timing section needs a GPU: CUDA events, graphs, torch.compile)."""
+    import argparse
+
+    import gpu_check
+
+    _, _, params, batches = toy
+    monkeypatch.setattr(gpu_check, "DEVICE", "cpu")
+    monkeypatch.setattr(gpu_check, "failed", [])
+    monkeypatch.setattr(gpu_check, "results", {"sections": {}})
+    x, y = batches.next()
+    gpu_check.check(gt.TOY, BATCH, params, x, y)
+    args = argparse.Namespace(corpus="book", seed=1, eval_batches=1, seconds=1e9, lr=1e-3, warmup=2,
+                              max_steps=3, eval_every=2)
+    gpu_check.train(gt.TOY, BATCH, params, args)
+    assert gpu_check.failed == [], gpu_check.failed
+    assert gpu_check.results["sections"]["check"]["ok"]
+    out = gpu_check.results["sections"]["train"]
+    assert out["book"]["steps"] == 3 and out["twin_eager_bf16"]["steps"] == 3
+    assert len(out["book"]["val_loss"]) == 3 and all(np.isfinite(v) for _, v in out["book"]["val_loss"])
