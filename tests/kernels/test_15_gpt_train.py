@@ -1,0 +1,400 @@
+"""Chapter 15 (capstone): the GPT training step of kernels_src/15-capstone/gpt_train.py and its glue kernels.
+
+Kernels of gpt_ops.cu against float64 NumPy on fresh random inputs (tests/conftest.py prints the seed of a
+failure), NaN-poisoned outputs, odd sizes; each sum within n u32 times the sum of its terms' magnitudes
+(fp32's rounding, n terms), each copy or fp16 rounding exact. Each kernel has a mutant that must fail.
+
+The step at the toy size (2 layers, d = 128, 2 heads of 64, context 64, 256 byte tokens, 2 sequences) against
+the PyTorch twin in float64 (skipped without torch). The tolerance is measured, not guessed: the twin run a
+second time in float64 but rounded to fp16 exactly where the book's step rounds (GEMM and attention operands,
+the gradients it casts) shows what fp16 alone costs on these inputs; the book must lie within twice that
+distance of the float64 twin, per parameter (by norm) and for the per-token losses. A wrong kernel lands tens
+to thousands of times farther. (The book also rounds attention's P to fp16 inside the kernels, which the
+twin does not: that is the factor 2.)
+"""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+
+import cudl
+from cudl.compile import KERNELS_DIR
+
+sys.path.insert(0, str(KERNELS_DIR / "15-capstone"))
+import gpt_train as gt  # noqa: E402
+
+U32 = 2.0**-24
+OPS = gt.OPS
+
+
+def dev(a):
+    return cudl.xp.asarray(a)
+
+
+def host(a) -> np.ndarray:
+    return cudl.to_numpy(a)
+
+
+def load(name: str, source: str | None = None):
+    return cudl.load(source or OPS, name)
+
+
+# ------------------------------------------------------------------------------------ kernels
+
+
+def embedding_forward(k, rng):
+    batch, seq, C, V = 3, 7, 37, 11
+    tokens = rng.integers(0, V, batch * seq).astype(np.int32)
+    wte, wpe = rng.standard_normal((V, C), np.float32), rng.standard_normal((seq, C), np.float32)
+    x = cudl.poisoned((batch * seq, C))
+    k((5,), 256, (dev(tokens), dev(wte), dev(wpe), x, batch * seq, seq, C))
+    pos = np.arange(batch * seq) % seq
+    ref = wte[tokens].astype(np.float64) + wpe[pos]
+    return host(x), ref, U32 * (np.abs(wte[tokens]) + np.abs(wpe[pos]))
+
+
+def embedding_backward(k, rng):
+    T, C, V = 45, 37, 13
+    tokens = rng.integers(0, V - 2, T)  # the last two tokens never appear: their rows stay as they were
+    dx = rng.standard_normal((T, C), np.float32)
+    base = rng.standard_normal((V, C), np.float32)  # the tied head's gradient, which the kernel adds to
+    order, starts = gt.token_segments(tokens, V)
+    out = dev(base.copy())
+    k((V,), 128, (dev(dx), dev(order), dev(starts), out, C))
+    ref, mag = base.astype(np.float64), np.abs(base).astype(np.float64)
+    np.add.at(ref, tokens, dx.astype(np.float64))
+    np.add.at(mag, tokens, np.abs(dx).astype(np.float64))
+    return host(out), ref, T * U32 * mag
+
+
+def position_backward(k, rng):
+    batch, seq, C = 3, 5, 19
+    dx = rng.standard_normal((batch * seq, C), np.float32)
+    out = cudl.poisoned((seq, C))
+    k((3,), 256, (dev(dx), out, batch, seq, C))
+    d = dx.reshape(batch, seq, C).astype(np.float64)
+    return host(out), d.sum(axis=0), batch * U32 * np.abs(d).sum(axis=0)
+
+
+def residual_add(k, rng):
+    rows, cols = 9, 37
+    x, y = rng.standard_normal((rows, cols), np.float32), rng.standard_normal((rows, cols), np.float32)
+    b = rng.standard_normal(cols, np.float32)
+    out = cudl.poisoned((rows, cols))
+    k((2,), 256, (out, dev(x), dev(y), dev(b), rows, cols))
+    ref = x.astype(np.float64) + y + b
+    return host(out), ref, 2 * U32 * (np.abs(x) + np.abs(y) + np.abs(b))
+
+
+def block_sum(k, rng):
+    n, parts = 10007, 7
+    x = rng.standard_normal(n, np.float32)
+    partial, total = cudl.poisoned(parts), cudl.poisoned(1)
+    k((parts,), 256, (dev(x), n, 1, partial))
+    k((1,), 256, (partial, parts, 0, total))
+    x2 = x.astype(np.float64) ** 2
+    return host(total), np.array([x2.sum()]), np.array([(n + parts) * U32 * x2.sum()])
+
+
+def grad_unscale_clip(k, rng):
+    n, scale = 1000, 1024.0
+    g = rng.standard_normal(n, np.float32) * 3
+    out = []
+    for max_norm in (1.0, 1e6):  # clipped, and not
+        norm_sq = np.float32((g.astype(np.float64) ** 2).sum())
+        buf = dev(g.copy())
+        k((2,), 256, (buf, n, dev(np.array([norm_sq])), 1 / scale, max_norm))
+        norm = np.sqrt(np.float64(norm_sq)) / scale
+        out.append((host(buf), g * min(1.0, max_norm / (norm + 1e-6)) / scale))
+    got, ref = np.concatenate([o[0] for o in out]), np.concatenate([o[1] for o in out])
+    return got, ref, 8 * U32 * np.abs(ref)  # sqrt, divide, min, multiply: a few roundings of the factor
+
+
+CASES = {"embedding_forward": embedding_forward, "embedding_backward": embedding_backward,
+         "position_backward": position_backward, "residual_add": residual_add, "block_sum": block_sum,
+         "grad_unscale_clip": grad_unscale_clip}
+
+
+def failures(name: str, source: str | None = None) -> str | None:
+    got, ref, bound = CASES[name](load(name, source), np.random.default_rng())
+    err = np.abs(got.astype(np.float64) - ref)
+    bad = ~(err <= bound)  # NaN (an unwritten output) is bad too
+    if bad.any():
+        i = np.flatnonzero(bad.ravel())[0]
+        return (f"{name}: {bad.sum()} of {bad.size} outside the bound, first at flat index {i}: got "
+                f"{got.ravel()[i]!r}, float64 {ref.ravel()[i]!r}, bound {bound.ravel()[i]:.3g}")
+    return None
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_kernel(name):
+    msg = failures(name)
+    assert msg is None, msg
+
+
+def test_embedding_backward_is_deterministic():
+    """Two runs on the same gradient give the same bits (the sum of each token's rows in a fixed order)."""
+    rng = np.random.default_rng()
+    T, C, V = 300, 64, 5  # many repeats of each token
+    tokens = rng.integers(0, V, T)
+    dx = dev(rng.standard_normal((T, C), np.float32))
+    order, starts = gt.token_segments(tokens, V)
+    k, outs = load("embedding_backward"), []
+    for _ in range(2):
+        out = dev(np.zeros((V, C), np.float32))
+        k((V,), 128, (dx, dev(order), dev(starts), out, C))
+        outs.append(host(out))
+    assert np.array_equal(outs[0], outs[1])
+
+
+def cast_case(source: str | None = None, both: bool = True) -> str | None:
+    """cast_transpose on 45 x 77 (partial tiles both ways): y = fp16(scale x) exactly, yt = y^T."""
+    rng = np.random.default_rng()
+    rows, cols, scale = 45, 77, 3.0
+    x = rng.standard_normal((rows, cols), np.float32)
+    y, yt = cudl.poisoned((rows, cols), np.float16), cudl.poisoned((cols, rows), np.float16)
+    load("cast_transpose", source)((3, 2), (32, 8), (dev(x), y, yt if both else None, rows, cols, scale))
+    ref = (np.float32(scale) * x).astype(np.float16)
+    if not np.array_equal(host(y), ref):
+        return "y differs from fp16(scale x)"
+    if both and not np.array_equal(host(yt), ref.T):
+        return "yt differs from the transpose of fp16(scale x)"
+    if not both and not np.isnan(host(yt)).all():
+        return "yt written though null"
+    return None
+
+
+@pytest.mark.parametrize("both", [True, False], ids=["with-transpose", "no-transpose"])
+def test_cast_transpose(both):
+    msg = cast_case(both=both)
+    assert msg is None, msg
+
+
+def heads_case(source: str | None = None) -> str | None:
+    """split_heads with bias (3 parts) into fp16 [B H, S, hd], exact, and merge_heads back, exact."""
+    rng = np.random.default_rng()
+    batch, seq, heads, hd = 2, 5, 3, 8
+    C, rows = heads * hd, batch * seq
+    src = rng.standard_normal((rows, 3 * C), np.float32)
+    bias = rng.standard_normal(3 * C, np.float32)
+    outs = [cudl.poisoned((batch * heads, seq, hd), np.float16) for _ in range(3)]
+    load("split_heads", source)((2,), 256, (dev(src), dev(bias), *outs, batch, seq, heads, hd, 3))
+    ref = (src + bias).astype(np.float16).reshape(batch, seq, 3, heads, hd).transpose(2, 0, 3, 1, 4)
+    for p in range(3):
+        if not np.array_equal(host(outs[p]), ref[p].reshape(batch * heads, seq, hd)):
+            return f"split_heads: part {p} differs"
+    back = cudl.poisoned((rows, 3 * C))
+    load("merge_heads", source)((2,), 256, (*outs, back, batch, seq, heads, hd, 3))
+    if not np.array_equal(host(back), (src + bias).astype(np.float16).astype(np.float32)):
+        return "merge_heads does not invert split_heads"
+    return None
+
+
+def test_split_and_merge_heads():
+    msg = heads_case()
+    assert msg is None, msg
+
+
+# (kernel, line, replacement, check): one slip each; every one must fail its check
+MUTANTS = {
+    "embedding_forward: position of the batch": ("(long long)(r % seq) * C", "(long long)(r / seq) * C", "k"),
+    "embedding_backward: overwrites the head's part": ("dwte[(long long)v * C + c] += acc;",
+                                                       "dwte[(long long)v * C + c] = acc;", "k"),
+    "embedding_backward: last row of a token lost": ("i < end; i++", "i < end - 1; i++", "k"),
+    "position_backward: last sequence lost": ("b < batch; b++", "b < batch - 1; b++", "k"),
+    "residual_add: bias left out": ("(bias ? bias[i % cols] : 0.f)", "0.f", "k"),
+    "block_sum: squares left out": ("square ? x[i] * x[i] : x[i]", "x[i]", "k"),
+    "grad_unscale_clip: never clips": ("fminf(1.f, max_norm", "fmaxf(1.f, max_norm", "k"),
+    "cast_transpose: tile read unflipped": ("__float2half_rn(tile[threadIdx.x][i])",
+                                            "__float2half_rn(tile[i][threadIdx.x])", "cast"),
+    "cast_transpose: no barrier": ("    __syncthreads();\n    for (int i = threadIdx.y", "    for (int i = threadIdx.y",
+                                   "cast-race"),
+    "split_heads: heads swapped with rows": ("h = col % C / hd, d = col % hd;\n        const long long b = r / seq, "
+                                             "s = r % seq;\n        __half*",
+                                             "h = col % C / hd, d = col % hd;\n        const long long b = r % seq, "
+                                             "s = r / seq;\n        __half*", "heads"),
+}
+KERNEL_OF = {m: m.split(":")[0] for m in MUTANTS}
+
+
+@pytest.mark.parametrize("mutant", MUTANTS)
+def test_check_fails_on_mutants(mutant, mutated_kernel):
+    old, new, check = MUTANTS[mutant]
+    src = mutated_kernel("15-capstone", "gpt_ops", old, new, race=check == "cast-race")
+    try:
+        if check == "k":
+            msg = failures(KERNEL_OF[mutant], src)
+        elif check.startswith("cast"):
+            msg = cast_case(src)
+        else:
+            msg = heads_case(src)
+    except cudl.KernelFault as fault:  # the race check stops the launch
+        msg = str(fault)
+    assert msg, f"the check passes a kernel with '{mutant}'"
+
+
+def test_token_segments():
+    tokens = np.array([[3, 1, 3], [0, 3, 1]])
+    order, starts = gt.token_segments(tokens, 5)
+    assert order.tolist() == [3, 1, 5, 0, 2, 4]  # token 0 at row 3; 1 at rows 1, 5; 3 at rows 0, 2, 4
+    assert starts.tolist() == [0, 1, 3, 3, 6, 6]
+
+
+# ------------------------------------------------------------------------------------ the step vs the twin
+
+BATCH = 2
+
+
+@pytest.fixture(scope="module")
+def toy():
+    """The toy config, its initial parameters (seed printed on failure through the test seed), and the
+    book's corpus in batches."""
+    torch = pytest.importorskip("torch")
+    seed = int(np.random.default_rng().integers(2**31))
+    params = gt.init_params(gt.TOY, seed)
+    batches = gt.Batches(gt.corpus("book"), BATCH, gt.TOY.seq, seed=seed)
+    return torch, seed, params, batches
+
+
+def twins(torch, params, scale):
+    t64 = gt.Twin(gt.TOY, params, dtype=torch.float64)
+    t16 = gt.Twin(gt.TOY, params, dtype=torch.float64, fp16_at_book_sites=True, loss_scale=scale)
+    return t64, t16
+
+
+def rel(a, b, size) -> float:
+    return float(np.linalg.norm(a - b) / (np.linalg.norm(size) or 1.0))
+
+
+def test_loss_and_gradients_match_the_twin(toy):
+    torch, seed, params, batches = toy
+    x, y = batches.next()
+    model = gt.Model(gt.TOY, BATCH, params)
+    model.forward_backward(x, y)
+    t64, t16 = twins(torch, params, model.scale)
+    l64, l16 = (t.losses(x, y) for t in (t64, t16))
+    (l64.mean()).backward()
+    (l16.mean()).backward()
+    l64, l16 = l64.detach().numpy(), l16.detach().numpy()
+    book = host(model.losses).astype(np.float64)
+    bad = []
+    err, fp16 = rel(book, l64, l64), rel(l16, l64, l64)
+    if not err <= 2 * fp16:
+        bad.append(f"per-token losses: {err:.2e} from float64, fp16's share {fp16:.2e}")
+    gb, g64, g16 = model.gradients(), t64.gradients(), t16.gradients()
+    for name in g64:
+        err, fp16 = rel(gb[name], g64[name], g64[name]), rel(g16[name], g64[name], g64[name])
+        if not err <= 2 * fp16:
+            bad.append(f"{name}: gradient {err:.2e} from float64, fp16's share {fp16:.2e}")
+    assert not bad, f"seed {seed}:\n" + "\n".join(bad)
+
+
+def test_training_steps_track_the_twin(toy):
+    """Four AdamW steps (clipping active: max_norm below the gradients' norm) on fresh batches: each step's
+    per-token losses stay within twice the fp16 twin's distance from the float64 twin, and its gradient norm
+    within the distance that the gradients may have (twice fp16's share). The parameters themselves are not
+    compared: AdamW's first steps are nearly lr sign(g), so an element whose gradient is near 0 (the key bias's
+    is exactly 0: a row's scores all move by q.b) steps +-lr on rounding noise alone, on either side;
+    test_optimizer_step_matches_float64 checks the update given the book's own gradients."""
+    torch, seed, params, batches = toy
+    hyper = gt.Hyper(lr=1e-3, max_norm=0.5, dynamic=False)
+    model = gt.Model(gt.TOY, BATCH, params, hyper)
+    t64, t16 = (gt.Twin(gt.TOY, params, dtype=torch.float64, fp16_at_book_sites=r, loss_scale=model.scale,
+                        hyper=hyper) for r in (False, True))
+    bad = []
+    for step in range(4):
+        x, y = batches.next()
+        model.forward_backward(x, y)
+        norm = model.optimizer_step()
+        ls, gs, norms = [], [], []
+        for t in (t64, t16):
+            t.opt.zero_grad()
+            losses = t.losses(x, y)
+            losses.mean().backward()
+            gs.append(np.concatenate([g.ravel() for g in t.gradients().values()]))
+            norms.append(float(t.optimizer_step()))
+            ls.append(losses.detach().numpy())
+        book = host(model.losses).astype(np.float64)
+        err, fp16 = rel(book, ls[0], ls[0]), rel(ls[1], ls[0], ls[0])
+        if not err <= 2 * fp16:
+            bad.append(f"step {step}: per-token losses {err:.2e} from float64, fp16's share {fp16:.2e}")
+        # |norm - norm64| <= ||g - g64||, within twice fp16's share by the gradient test above
+        if not abs(norm - norms[0]) <= 2 * float(np.linalg.norm(gs[1] - gs[0])):
+            bad.append(f"step {step}: gradient norm {norm:.8g}, float64 twin {norms[0]:.8g}")
+    assert not bad, f"seed {seed}:\n" + "\n".join(bad)
+
+
+def test_overflow_skips_the_step_and_halves_the_scale(toy):
+    """A loss scale so large that fp16 overflows: the step is skipped (parameters unchanged), the scale
+    halves."""
+    _, _, params, batches = toy
+    model = gt.Model(gt.TOY, BATCH, params, gt.Hyper(loss_scale=2.0**40))
+    x, y = batches.next()
+    model.forward_backward(x, y)
+    norm = model.optimizer_step()
+    assert not np.isfinite(norm) and model.scale == 2.0**39 and model.skipped == 1 and model.t == 0
+    after = model.params()
+    assert all(np.array_equal(after[n], params[n]) for n in params)
+
+
+def test_optimizer_step_matches_float64(toy):
+    """One optimizer step from the book's own (scaled) gradients against float64: unscale, clip
+    (max_norm below the norm), AdamW with the two decay groups; then the fp16 weight copies (W and W^T) are
+    the rounded new weights. Per element within 4 u32 |p| (the master weight's rounding and the decay) plus
+    lr 2^-16: the update is lr m / (sqrt(v) + eps), fp32 math of a few operations on a clip factor whose
+    fp32 norm is a sum of a million squares (relative error ~ sqrt(n) u32 = 6e-5 at most in practice)."""
+    _, seed, params, batches = toy
+    hyper = gt.Hyper(lr=1e-3, max_norm=0.5, dynamic=False)
+    model = gt.Model(gt.TOY, BATCH, params, hyper)
+    x, y = batches.next()
+    model.forward_backward(x, y)
+    g = model.gradients()  # float64, unscaled
+    norm = np.sqrt(sum((a**2).sum() for a in g.values()))
+    c = min(1.0, hyper.max_norm / (norm + 1e-6))
+    b1, b2 = hyper.betas
+    got_norm = model.optimizer_step()
+    after = model.params()
+    bad = []
+    if not abs(got_norm - norm) <= 1e-4 * norm:
+        bad.append(f"gradient norm {got_norm} vs float64 {norm}")
+    for name, _shape, decay in gt.param_shapes(gt.TOY):
+        p, gc = params[name].astype(np.float64), g[name] * c
+        m, v = (1 - b1) * gc, (1 - b2) * gc**2
+        wd = hyper.weight_decay if decay else 0.0
+        ref = p * (1 - hyper.lr * wd) - hyper.lr * (m / (1 - b1)) / (np.sqrt(v / (1 - b2)) + hyper.eps)
+        err = np.abs(after[name] - ref)
+        bound = 4 * U32 * np.abs(p) + hyper.lr * 2.0**-16
+        if not (err <= bound).all():
+            i = np.argmax(err - bound)
+            bad.append(f"{name}: element {i} {after[name].ravel()[i]!r}, float64 {ref.ravel()[i]!r}")
+    for name, _shape, _ in model.matrices():
+        w = after[name].astype(np.float16)
+        if not (np.array_equal(host(model.w16[name]), w) and np.array_equal(host(model.wt16[name]), w.T)):
+            bad.append(f"{name}: the fp16 copies are not the new weights rounded")
+    assert not bad, f"seed {seed}:\n" + "\n".join(bad)
+
+
+def test_gpu_check_sections_run_on_the_emulator(toy, monkeypatch):
+    """gpu_check.py's check and train sections at the toy size, the twin on the CPU: they run, record their
+    numbers and report no failure (the timing section needs a GPU: CUDA events, graphs, torch.compile)."""
+    import argparse
+
+    import gpu_check
+
+    _, _, params, batches = toy
+    monkeypatch.setattr(gpu_check, "DEVICE", "cpu")
+    monkeypatch.setattr(gpu_check, "failed", [])
+    monkeypatch.setattr(gpu_check, "results", {"sections": {}})
+    x, y = batches.next()
+    gpu_check.check(gt.TOY, BATCH, params, x, y)
+    args = argparse.Namespace(corpus="book", seed=1, eval_batches=1, seconds=1e9, lr=1e-3, warmup=2,
+                              max_steps=3, eval_every=2)
+    gpu_check.train(gt.TOY, BATCH, params, args)
+    assert gpu_check.failed == [], gpu_check.failed
+    assert gpu_check.results["sections"]["check"]["ok"]
+    out = gpu_check.results["sections"]["train"]
+    assert out["book"]["steps"] == 3 and out["twin_eager_bf16"]["steps"] == 3
+    assert len(out["book"]["val_loss"]) == 3 and all(np.isfinite(v) for _, v in out["book"]["val_loss"])
