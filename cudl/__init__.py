@@ -13,6 +13,7 @@
     cudl.record(t, chapter="01-first-kernel", shape=n, dtype="float32", baseline=t_torch)
     cudl.ncu(snippet, kernel="vector_add")         # Nsight Compute metrics of one launch, as a table
     tuned = cudl.autotune("name", space, build, run, check=c, shape=s, source=f)  # build options per GPU, cached
+    flash = cudl.kernels_module("12-flash-attention/flash.py")  # a chapter's launchers
 """
 
 from . import grade
@@ -25,6 +26,7 @@ from .check import check, compare, poisoned, randn
 from .counters import Counters, counters
 from .env import banner, device_info, glue, gpu_name, setup, show, span
 from .errors import CompileError, CudlError, EmulatorUnsupported, GpuOnly, KernelFault, KernelTimeout
+from .compile import kernels_module
 from .kernel import Kernel, load
 from .ncu import ncu
 from .record import load_records, record
@@ -38,6 +40,7 @@ __all__ = [
 __all__ += ["Counters", "KernelTimeout", "counters"]  # emulator checks (issue 7)
 __all__ += ["Pair", "bench_pair", "measurable"]  # a kernel timed in turn with its baseline; noise-aware verdicts
 __all__ += ["Tuned", "autotune"]  # build options chosen per GPU and shape, checked, timed, cached (issue 24)
+__all__ += ["kernels_module"]  # a chapter's launchers (kernels_src/NN-slug/*.py), one copy for all users
 
 
 def __getattr__(name: str):
