@@ -23,10 +23,10 @@ from .backend import on_gpu, require_gpu, size, sync, to_numpy
 from .bench import Pair, Timing, bench, bench_pair, flush_l2, measurable, sweep
 from .ceilings import DATASHEET, ceilings, datasheet
 from .check import check, compare, poisoned, randn
+from .compile import kernels_module
 from .counters import Counters, counters
 from .env import banner, device_info, glue, gpu_name, setup, show, span
 from .errors import CompileError, CudlError, EmulatorUnsupported, GpuOnly, KernelFault, KernelTimeout
-from .compile import kernels_module
 from .kernel import Kernel, load
 from .ncu import ncu
 from .record import load_records, record
