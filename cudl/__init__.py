@@ -13,6 +13,7 @@
     cudl.record(t, chapter="01-first-kernel", shape=n, dtype="float32", baseline=t_torch)
     cudl.ncu(snippet, kernel="vector_add")         # Nsight Compute metrics of one launch, as a table
     tuned = cudl.autotune("name", space, build, run, check=c, shape=s, source=f)  # build options per GPU, cached
+    flash = cudl.kernels_module("12-flash-attention/flash.py")  # a chapter's launchers
 """
 
 from . import grade
@@ -22,6 +23,7 @@ from .backend import on_gpu, require_gpu, size, sync, to_numpy
 from .bench import Pair, Timing, bench, bench_pair, flush_l2, measurable, sweep
 from .ceilings import DATASHEET, ceilings, datasheet, memory_ceiling
 from .check import check, compare, poisoned, randn
+from .compile import kernels_module
 from .counters import Counters, counters
 from .env import banner, device_info, glue, gpu_name, setup, show, span
 from .errors import CompileError, CudlError, EmulatorUnsupported, GpuOnly, KernelFault, KernelTimeout
@@ -39,6 +41,7 @@ __all__ += ["Counters", "KernelTimeout", "counters"]  # emulator checks (issue 7
 __all__ += ["Pair", "bench_pair", "measurable"]  # a kernel timed in turn with its baseline; noise-aware verdicts
 __all__ += ["Tuned", "autotune"]  # build options chosen per GPU and shape, checked, timed, cached (issue 24)
 __all__ += ["memory_ceiling"]  # the bandwidth ceiling of a traffic: 'copy', 'read' or (bytes read, bytes written)
+__all__ += ["kernels_module"]  # a chapter's launchers (kernels_src/NN-slug/*.py), one copy for all users
 
 
 def __getattr__(name: str):

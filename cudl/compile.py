@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import importlib.util
 import os
 import re
 import struct
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 
 from .errors import CompileError
 
@@ -39,6 +42,30 @@ def resolve(file_or_source: str) -> tuple[str, str]:
         f"no kernel file {file_or_source!r}: give a path under {KERNELS_DIR} "
         "(e.g. '01-first-kernel/vector_add.cu') or the CUDA source itself"
     )
+
+
+def kernels_module(path: str) -> ModuleType:
+    """Import a chapter's Python module under kernels_src/ by its path ("12-flash-attention/flash.py": the
+    chapter's launchers), once, under its stem ("flash"): the notebook, the tests, the chapter's gpu_check.py
+    and the graders then share one copy of it (and `import flash` with its folder on sys.path finds it too)."""
+    file = (KERNELS_DIR / path).resolve()
+    if not file.is_file() or file.suffix != ".py":
+        raise FileNotFoundError(f"no Python module {path!r} under {KERNELS_DIR}")
+    mod = sys.modules.get(file.stem)
+    if mod is not None:
+        if Path(getattr(mod, "__file__", None) or "").resolve() != file:  # another module of that name
+            raise ImportError(f"{path}: a module named {file.stem!r} is already imported from {mod.__file__}")
+        return mod
+    spec = importlib.util.spec_from_file_location(file.stem, file)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[file.stem] = mod  # before running it, as `import` does
+    try:
+        spec.loader.exec_module(mod)
+    except BaseException:
+        del sys.modules[file.stem]
+        raise
+    return mod
 
 
 # `#include "NN-slug/file.cuh"`: a header shared by kernels, found under kernels_src/ by every compiler.

@@ -52,6 +52,30 @@ def test_resolve_source_and_missing_file():
         resolve("no-such-chapter/none.cu")
 
 
+def test_kernels_module_imports_a_chapter_module_once(tmp_path, monkeypatch):
+    """A chapter's launcher module is one object for every caller (and for `import` by its stem); another module
+    of the same name, or a path that is not a Python file, is refused."""
+    import sys
+
+    import cudl.compile as comp
+
+    (tmp_path / "99-test").mkdir()
+    (tmp_path / "99-test" / "cudl_test_launchers.py").write_text("CALLS = []\n")
+    (tmp_path / "99-test" / "kernel.cu").write_text("// not Python\n")
+    monkeypatch.setattr(comp, "KERNELS_DIR", tmp_path)
+    monkeypatch.delitem(sys.modules, "cudl_test_launchers", raising=False)
+    mod = cudl.kernels_module("99-test/cudl_test_launchers.py")
+    assert mod.CALLS == [] and cudl.kernels_module("99-test/cudl_test_launchers.py") is mod
+    assert sys.modules["cudl_test_launchers"] is mod
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "cudl_test_launchers.py").write_text("")
+    with pytest.raises(ImportError, match="already imported"):
+        cudl.kernels_module("other/cudl_test_launchers.py")
+    for bad in ("99-test/kernel.cu", "99-test/none.py"):
+        with pytest.raises(FileNotFoundError, match="no Python module"):
+            cudl.kernels_module(bad)
+
+
 def test_format_log_nvrtc_and_gcc_styles():
     src = "line one\nline two\nline three\n"
     nv = format_log('k.cu(2): error: identifier "x" is undefined\n', src, "k.cu")

@@ -2,15 +2,16 @@
 against torch.nn.functional.scaled_dot_product_attention, then measure memory against S.
 
     python3 kernels_src/12-flash-attention/gpu_check.py           # from the repository root, on a GPU
-    python3 kernels_src/12-flash-attention/gpu_check.py --sweep   # the tuning sweep only (< 90 s on an H100)
+    python3 kernels_src/12-flash-attention/gpu_check.py --tune    # the chapter's tuning only, done again
     python3 kernels_src/12-flash-attention/gpu_check.py --ws      # kernel 6 and kernel 5 only (< 90 s)
     python3 kernels_src/12-flash-attention/gpu_check.py --ws --side  # their chapter builds, each timed 5 times in
                                                                      # turn with SDPA (medians)
 Problem of the targets: fp16, d = 128, S = 4096, batch x heads = 32 (4 x 8), causal and not. Prints a short
 table last (ms, TFLOP/s, % of SDPA); writes every number to $OUT/ch12.json when OUT is set.
---sweep: compile-time variants of kernels 2-5 (warps, BC, STAGES, MIN_BLOCKS, fast math) are first
-checked against SDPA in fp32 (relative error of O, causal and not, at S = 777 and at the timed size), then
-timed against SDPA's default backend in the same run; a variant that fails a check is not timed.
+The builds timed are the chapter's: cudl.autotune over flash.SPACES (each candidate checked against the
+float64 reference, the fastest confirmed against the default with cudl.bench_pair), cached per GPU;
+--tune tunes again (force=True) and prints every candidate's time. --ws runs kernel 6's variants one at a
+time with a watchdog: a build whose barriers do not match hangs, and the run still prints what it measured.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import cudl
-from cudl.grade import ch12
+
+flash = cudl.kernels_module("12-flash-attention/flash.py")  # the chapter's launchers
 
 BATCH, HEADS, S_BIG, D_BIG = 4, 8, 4096, 128
 results: dict = {"device": torch.cuda.get_device_name(), "torch": torch.__version__}
@@ -81,15 +83,15 @@ def correctness():
         for causal in (False, True):
             for bh, S in [(3, 1), (2, 17), (3, 100), (2, 1000)]:
                 q, k, v = qkv(bh, S, d)
-                ro, rl = ch12.reference(q, k, v, causal)
+                ro, rl = flash.reference(q, k, v, causal)
                 for label, (name, build) in BUILDS.items():
-                    if name in ch12.HOPPER and d != 128:
+                    if name in flash.HOPPER and d != 128:
                         continue
-                    o, lse = ch12.flash_attention(name, q, k, v, causal, **build)
+                    o, lse = flash.flash_attention(name, q, k, v, causal, **build)
                     cudl.sync()
                     report(f"{label} d={d} causal={causal} bh={bh} S={S}", o, ro, lse, rl)
                 if S <= 1000:
-                    report(f"naive d={d} causal={causal} bh={bh} S={S}", ch12.naive_attention(q, k, v, causal), ro)
+                    report(f"naive d={d} causal={causal} bh={bh} S={S}", flash.naive_attention(q, k, v, causal), ro)
                 report(f"SDPA d={d} causal={causal} bh={bh} S={S}", sdpa(q, k, v, causal).reshape(bh, S, d).cpu(), ro)
 
 
@@ -107,21 +109,44 @@ def timed(label: str, fn, S: int, d: int, bh: int, causal: bool) -> cudl.Timing 
     return t
 
 
-FAST, MB3 = "--use_fast_math", "-DMIN_BLOCKS=3"
-SWEEP = [  # kernel, warps, BC, options: the chapter's builds (the best of --sweep on the H100) and runners-up
-    ("flash_attn_2_mma", 8, 128, ("-DSTAGES=3",)), ("flash_attn_3_32rows", 4, 48, ()),
-    (ch12.WGMMA, 8, 64, ("-DMIN_BLOCKS=2",)), ("flash_attn_5_overlap", 8, 128, ()),
-    ("flash_attn_5_overlap", 12, 64, ()), ("flash_attn_5_overlap", 12, 64, (FAST,)),
-    ("flash_attn_6_ws", 12, 176, ("-DPERSISTENT",)), ("flash_attn_6_ws", 12, 192, ("-DPERSISTENT",)),
-]
+def tuned_builds(force: bool = False) -> dict:
+    """Each kernel's build for this GPU as the chapter picks it: cudl.autotune over flash.SPACES on the problem
+    of the targets (force: tune again rather than read the cache), each candidate checked on 257 rows first."""
+    import cupy
+
+    bh, S, d = BATCH * HEADS, S_BIG, D_BIG
+    hopper = cudl.device_info()["cc"].startswith("9")
+    builds = flash.chapter_builds(cupy.cuda.Device().attributes["MaxSharedMemoryPerBlockOptin"])
+    q, k, v = qkv(bh, S, d)
+
+    def check(kern):
+        qc, kc, vc = qkv(2, 257, kern.head_dim)
+        for causal in (False, True):
+            ro, rl = flash.reference(qc, kc, vc, causal)
+            o, lse = cudl.poisoned(qc.shape, np.float16), cudl.poisoned(qc.shape[:2])
+            flash.flash_launch(kern, qc, kc, vc, o, lse, causal)
+            cudl.sync()
+            if not report(f"tune {kern.name} {kern.tile} causal={causal}", o, ro, lse, rl):
+                raise AssertionError(f"{kern.name} {kern.tile}: wrong output")
+
+    for label, (name, build) in list(builds.items()):
+        if name in flash.HOPPER and not hopper:
+            del builds[label]
+            continue
+        tuned = flash.tune(label, (name, build), q, k, v, check, force=force)
+        print(tuned._repr_markdown_(), flush=True)
+        results.setdefault("tuned", {})[label] = dict(config=tuned.config, gain=tuned.gain, table=tuned.table)
+        builds[label] = (name, tuned.config)
+    return builds
 
 
 def speed():
+    builds = tuned_builds()
     bh, S, d = BATCH * HEADS, S_BIG, D_BIG
     q, k, v = qkv(bh, S, d)
     o, lse = cudl.poisoned((bh, S, d), np.float16), cudl.poisoned((bh, S))
     for causal in (False, True):
-        backend = ch12.sdpa_backend(lambda: sdpa(q, k, v, causal))
+        backend = flash.sdpa_backend(lambda: sdpa(q, k, v, causal))
         print(f"== d={d} S={S} bh={bh} causal={causal}; SDPA runs: {backend}", flush=True)
         ref = sdpa(q.astype(np.float32), k.astype(np.float32), v.astype(np.float32), causal).reshape(bh, S, d)
         ref = ref.double().cpu().numpy()
@@ -134,20 +159,18 @@ def speed():
                     return sdpa(q, k, v, causal)
             res[f"SDPA {be.name}"] = timed(f"SDPA {be.name}", run, S, d, bh, causal)
         bufs = (cudl.xp.empty((bh, S, S), np.float32), cudl.xp.empty((bh, S, S), np.float32), o)
-        out = ch12.naive_attention(q, k, v, causal, bufs)
+        out = flash.naive_attention(q, k, v, causal, bufs)
         report(f"naive vs SDPA fp32 causal={causal}", out, ref)
         res["1 naive (3 kernels)"] = timed("1 naive (3 kernels)",
-                                          lambda: ch12.naive_attention(q, k, v, causal, bufs), S, d, bh, causal)
+                                          lambda: flash.naive_attention(q, k, v, causal, bufs), S, d, bh, causal)
         bufs = out = None  # 2 S^2 floats per head back to the pool
         best: dict[str, tuple[float, str]] = {}
-        for name, warps, bc, opts in SWEEP:
-            label = f"{name} w{warps} bc{bc} {' '.join(opts)}".strip()
+        for kind, (name, build) in builds.items():
+            label = f"{kind} {build}"
             try:
-                stages = next((int(o[9:]) for o in opts if o.startswith("-DSTAGES=")), None)  # K/V slots
-                kern = ch12.flash_kernel(name, d, warps=warps, bc=bc, stages=stages,
-                                         options=tuple(o for o in opts if not o.startswith("-DSTAGES=")))
+                kern = flash.flash_kernel(name, d, **build)
                 o.fill(np.nan)
-                ch12.flash_launch(kern, q, k, v, o, lse, causal)
+                flash.flash_launch(kern, q, k, v, o, lse, causal)
                 cudl.sync()
                 if not report(label + f" causal={causal}", o, ref):
                     continue
@@ -155,7 +178,7 @@ def speed():
                 print(f"   {label}: {type(exc).__name__}: {str(exc)[:200]}", flush=True)
                 continue
             t = timed(f"{label} r{kern.num_regs} l{kern.local_bytes}",
-                      lambda: ch12.flash_launch(kern, q, k, v, o, lse, causal), S, d, bh, causal)
+                      lambda: flash.flash_launch(kern, q, k, v, o, lse, causal), S, d, bh, causal)
             res[label] = t
             if t and (name not in best or t.ms < best[name][0]):
                 best[name] = (t.ms, label)
@@ -174,7 +197,7 @@ def speed():
 def memory():
     """Peak bytes each method allocates beyond Q, K, V, for S = 1k ... 16k at bh = 32, d = 128."""
     bh, d = BATCH * HEADS, D_BIG
-    kern = ch12.flash_kernel("flash_attn_2_mma", d)
+    kern = flash.flash_kernel("flash_attn_2_mma", d)
     mem = {}
     for S in (1024, 2048, 4096, 8192, 16384):
         q, k, v = qkv(bh, S, d)
@@ -195,7 +218,7 @@ def memory():
             row[label] = torch.cuda.max_memory_allocated() - before
             del out
         o, lse = cudl.poisoned((bh, S, d), np.float16), cudl.poisoned((bh, S))
-        t = cudl.bench(lambda: ch12.flash_launch(kern, q, k, v, o, lse, False), flops=flops(S, d, bh, False))
+        t = cudl.bench(lambda: flash.flash_launch(kern, q, k, v, o, lse, False), flops=flops(S, d, bh, False))
         row["flash_attn_2_mma ms"] = t.ms
         mem[S] = row
         print(f"   S={S}: " + ", ".join(f"{k} {v / 2**20:.0f} MiB" if "ms" not in k else f"{k} {v:.2f}"
@@ -205,32 +228,8 @@ def memory():
     results["memory"] = mem
 
 
-K2, K3, K5 = "flash_attn_2_mma", "flash_attn_3_32rows", "flash_attn_5_overlap"
-VARIANTS = [  # label, kernel, flash_kernel build; the first of each kernel is the chapter's
-    # build (the best of the H100 sweep of 2026-11-25); kernel 5 first, as it matters most
-    ("5 w8 bc128", K5, dict(warps=8, bc=128)),
-    ("5 w12 bc64", K5, dict(warps=12, bc=64)),
-    ("5 w8 bc64", K5, dict(warps=8, bc=64)),
-    ("5 w4 bc128", K5, dict(warps=4, bc=128)),
-    ("5 w8 bc128 fast", K5, dict(warps=8, bc=128, options=(FAST,))),
-    ("5 w12 bc64 fast", K5, dict(warps=12, bc=64, options=(FAST,))),
-    ("2 w8 bc128 s2", K2, dict(warps=8, bc=128, stages=2)),
-    ("2 w8 bc64 s2", K2, dict(warps=8, bc=64, stages=2)),
-    ("2 w4 bc64 s2", K2, dict(warps=4, bc=64, stages=2)),
-    ("2 w8 bc64 s3", K2, dict(warps=8, bc=64, stages=3)),
-    ("2 w4 bc64 s3", K2, dict(warps=4, bc=64, stages=3)),
-    ("2 w4 bc128 s2", K2, dict(warps=4, bc=128, stages=2)),
-    ("2 w8 bc64 s3 fast", K2, dict(warps=8, bc=64, stages=3, options=(FAST,))),
-    ("2 w4 bc32 s3", K2, dict(warps=4, bc=32, stages=3)),
-    ("3 w4 bc64 s2", K3, dict(warps=4, bc=64, stages=2)),
-    ("3 w4 bc64 s3", K3, dict(warps=4, bc=64, stages=3)),
-    ("3 w8 bc64 s2", K3, dict(warps=8, bc=64, stages=2)),
-    ("3 w2 bc64 s3", K3, dict(warps=2, bc=64, stages=3)),
-    ("3 w4 bc64 s3 fast", K3, dict(warps=4, bc=64, stages=3, options=(FAST,))),
-    ("3 w4 bc32 s3", K3, dict(warps=4, bc=32, stages=3)),
-    ("3 w4 bc32 s2", K3, dict(warps=4, bc=32, stages=2)),
-    ("4 w8 mb2", ch12.WGMMA, dict(warps=8, options=("-DMIN_BLOCKS=2",))),
-]
+K5 = "flash_attn_5_overlap"
+FAST = "--use_fast_math"
 
 
 def tdev(a) -> torch.Tensor:
@@ -244,149 +243,7 @@ def rel_dev(o, ref: torch.Tensor) -> float:
         else float("nan")
 
 
-def sweep(budget_s: float = 75.0, variants: list | None = None):
-    """The tuning sweep: correctness of every variant first, then its time against SDPA's default."""
-    t_start = time.time()
-    d, bh, S = D_BIG, BATCH * HEADS, S_BIG
-
-    kernels: dict = {}
-    for label, name, b in variants or VARIANTS:
-        t0 = time.time()
-        if t0 - t_start > 0.75 * budget_s:
-            print(f"   {label}: not built, past {0.75 * budget_s:.0f} s", flush=True)
-            continue
-        try:
-            kernels[label] = ch12.flash_kernel(name, d, **b)
-        except Exception as exc:  # noqa: BLE001
-            kernels[label] = exc
-        print(f"   built {label} in {time.time() - t0:.1f} s", flush=True)
-    cases = {}
-    for S_c, bh_c in [(777, 4), (S, bh)]:  # odd S with a partial last tile; the timed problem
-        q, k, v = qkv(bh_c, S_c, d)
-        for causal in (False, True):
-            ref = sdpa(*(a.astype(np.float32) for a in (q, k, v)), causal).reshape(bh_c, S_c, d).double()
-            cases[S_c, causal] = (q, k, v, ref)
-    ok: dict[str, bool] = {}
-    info: dict[str, str] = {}
-    for label, kern in kernels.items():
-        if isinstance(kern, Exception):
-            print(f"BAD {label}: {type(kern).__name__}: {str(kern)[:300]}", flush=True)
-            ok[label] = False
-            continue
-        info[label] = f"r{kern.num_regs} l{kern.local_bytes}"
-        errs = []
-        try:
-            for (_, causal), (q, k, v, ref) in cases.items():
-                o, lse = cudl.poisoned(q.shape, np.float16), cudl.poisoned(q.shape[:2])
-                ch12.flash_launch(kern, q, k, v, o, lse, causal)
-                cudl.sync()
-                errs.append(rel_dev(o, ref))
-        except Exception as exc:  # noqa: BLE001
-            print(f"BAD {label}: {type(exc).__name__}: {str(exc)[:300]}", flush=True)
-            ok[label] = False
-            continue
-        ok[label] = all(e < 2e-3 for e in errs)
-        results.setdefault("sweep_checks", {})[label] = errs
-        print(f"{'OK ' if ok[label] else 'BAD'} {label:22s} {info[label]:10s} O rel err vs SDPA fp32 "
-              f"(S=777 full, causal; S={S} full, causal): " + " ".join(f"{e:.1e}" for e in errs), flush=True)
-    q, k, v, _ = cases[S, False]
-    o, lse = cudl.poisoned((bh, S, d), np.float16), cudl.poisoned((bh, S))
-    rows = []
-    base = {}
-    for causal in (False, True):
-        try:
-            backend = ch12.sdpa_backend(lambda: sdpa(q, k, v, causal))
-        except Exception as exc:  # noqa: BLE001 (the profiler is only a label here)
-            backend = f"unknown ({type(exc).__name__}: {str(exc)[:100]})"
-        print(f"== causal={causal}: SDPA runs {backend}", flush=True)
-        base[causal] = cudl.bench(lambda: sdpa(q, k, v, causal), flops=flops(S, d, bh, causal), rep_ms=60)
-    times: dict[tuple[str, bool], cudl.Timing] = {}
-    for label, kern in kernels.items():
-        if not ok.get(label):
-            continue
-        if time.time() - t_start > budget_s:
-            print(f"   {label}: skipped, past the {budget_s:.0f} s budget", flush=True)
-            continue
-        for causal in (False, True):
-            times[label, causal] = cudl.bench(lambda: ch12.flash_launch(kern, q, k, v, o, lse, causal),
-                                              flops=flops(S, d, bh, causal), rep_ms=60)
-    for causal in (False, True):  # SDPA again at the end: a drift of the clocks shows here
-        again = cudl.bench(lambda: sdpa(q, k, v, causal), flops=flops(S, d, bh, causal), rep_ms=60)
-        print(f"   SDPA causal={causal}: {base[causal].ms:.3f} ms first, {again.ms:.3f} ms last", flush=True)
-    sweep_res = results.setdefault("sweep", {})
-    for label in kernels:
-        if (label, False) not in times:
-            rows.append(f"{label:22s} {'(failed a check)' if not ok.get(label) else '(not timed)'}")
-            continue
-        cells = []
-        for causal in (False, True):
-            t = times[label, causal]
-            pct = 100 * base[causal].ms / t.ms
-            cells.append(f"{t.ms:7.3f} ms {t.tflops:5.0f} TF {pct:5.1f}%")
-            sweep_res[f"{label} causal={causal}"] = dict(ms=t.ms, tflops=t.tflops, pct_sdpa=pct)
-        rows.append(f"{label:22s} {info[label]:10s} " + " | ".join(cells))
-    print(f"== sweep done in {time.time() - t_start:.1f} s on {torch.cuda.get_device_name()}")
-    print(f"SDPA default: full {base[False].ms:.3f} ms {base[False].tflops:.0f} TFLOP/s | "
-          f"causal {base[True].ms:.3f} ms {base[True].tflops:.0f} TFLOP/s")
-    print(f"{'variant':22s} {'regs/local':10s} {'full: ms, TFLOP/s, % SDPA':29s} | causal")
-    print("\n".join(rows))
-
-
-def old_source(name: str) -> str | None:
-    """A kernel file as it was at commit MMA_BASE, to time it beside the new one: from git, else from the
-    folder named by $CH12_OLD (copies made with git show where git is); None without either."""
-    import subprocess
-    from pathlib import Path
-
-    try:
-        return subprocess.run(["git", "show", f"{MMA_BASE}:kernels_src/12-flash-attention/{name}.cu"],
-                              capture_output=True, text=True, check=True).stdout
-    except (OSError, subprocess.CalledProcessError):
-        path = Path(os.environ.get("CH12_OLD", "-"), f"{name}.cu")
-        return path.read_text() if path.is_file() else None
-
-
-MMA_BASE = "7b7ff39"  # kernels 2 and 3 before fa_common.cuh (their 40% of SDPA)
-SLACK0 = "-DSLACK=0"  # rescale whenever a row maximum grows
-MMA_VARIANTS = [  # --mma: kernels 2 and 3 on fa_common.cuh; the first of each is the chapter's build
-    ("2 w8 bc128 s3", K2, dict(warps=8, bc=128, stages=3)),
-    ("2 w8 bc128 s2", K2, dict(warps=8, bc=128, stages=2)),
-    ("2 w8 bc96 s3", K2, dict(warps=8, bc=96, stages=3)),
-    ("2 w8 bc112 s3", K2, dict(warps=8, bc=112, stages=3)),
-    ("2 w4 bc64 s2 mb3", K2, dict(warps=4, bc=64, stages=2, options=(MB3,))),
-    ("3 w4 bc48 s2", K3, dict(warps=4, bc=48, stages=2)),
-    ("3 w4 bc48 s2 slack0", K3, dict(warps=4, bc=48, stages=2, options=(SLACK0,))),
-    ("3 w4 bc48 s3", K3, dict(warps=4, bc=48, stages=3)),
-    ("3 w8 bc48 s2", K3, dict(warps=8, bc=48, stages=2)),
-    ("3 w4 bc64 s2", K3, dict(warps=4, bc=64, stages=2)),
-    ("3 w4 bc80 s2", K3, dict(warps=4, bc=80, stages=2)),
-]
-
-
-def mma_variants() -> list:
-    """MMA_VARIANTS and, where git has MMA_BASE, the chapter's builds of kernels 2 and 3 as they were."""
-    old = []
-    for label, name, build in [("2 before w8 bc128", K2, dict(warps=8, bc=128)),
-                               ("3 before w4 bc64", K3, dict(warps=4, bc=64))]:
-        src = old_source(name)
-        if src is None:
-            print(f"   {label}: no git history here, not timed", flush=True)
-        else:
-            old.append((label, name, dict(build, source=src)))
-    return old + MMA_VARIANTS
-
-
-if "--mma" in sys.argv:
-    try:
-        sweep(80.0, mma_variants())
-    finally:
-        if os.environ.get("OUT"):
-            with open(os.path.join(os.environ["OUT"], "ch12_mma.json"), "w") as f:
-                json.dump(results, f, indent=1, default=str)
-    sys.exit(0)
-
-
-K6 = ch12.WS
+K6 = flash.WS
 P6 = "-DPERSISTENT"  # kernel 6: a grid of one block per SM, each looping over work tiles
 NARROW = "-DQK_WIDE=0"  # kernel 6's Q K^T as BC / 64 wgmma of 64 keys each (round 1's kernel 6)
 WS_VARIANTS = [  # label, kernel, flash_kernel build: kernel 5, then kernel 6 (warp-specialised, TMA), the
@@ -445,7 +302,7 @@ def ws(budget_s: float = 80.0):
     for label, name, b in (FINAL_VARIANTS if SIDE else WS_VARIANTS):
         t0 = time.time()
         try:
-            kernels[label] = ch12.flash_kernel(name, d, **b)
+            kernels[label] = flash.flash_kernel(name, d, **b)
             kernels[label].num_regs  # noqa: B018 (compiles now: a build error shows here, per variant)
         except Exception as exc:  # noqa: BLE001
             kernels[label] = exc
@@ -457,14 +314,14 @@ def ws(budget_s: float = 80.0):
         q, k, v = qkv(bh_c, S_c, d)
         q = (q.astype(np.float32) * 4).astype(np.float16)  # scores spread over tens of units
         for causal in (False, True):
-            cases.append((bh_c, S_c, causal, q, k, v, ch12.reference(q, k, v, causal)))
+            cases.append((bh_c, S_c, causal, q, k, v, flash.reference(q, k, v, causal)))
     q, k, v = qkv(bh, S, d)
     refs = {c: sdpa(*(a.astype(np.float32) for a in (q, k, v)), c).reshape(bh, S, d).double()
             for c in (False, True)}
     o, lse = cudl.poisoned((bh, S, d), np.float16), cudl.poisoned((bh, S))
     for causal in (False, True):
         try:
-            print(f"== causal={causal}: SDPA runs {ch12.sdpa_backend(lambda: sdpa(q, k, v, causal))}", flush=True)
+            print(f"== causal={causal}: SDPA runs {flash.sdpa_backend(lambda: sdpa(q, k, v, causal))}", flush=True)
         except Exception as exc:  # noqa: BLE001
             print(f"== causal={causal}: SDPA backend unknown ({type(exc).__name__})", flush=True)
         WS_BASE[causal] = cudl.bench(lambda: sdpa(q, k, v, causal), flops=flops(S, d, bh, causal), rep_ms=60)
@@ -506,7 +363,7 @@ def ws(budget_s: float = 80.0):
         try:
             for bh_c, S_c, causal, qc, kc, vc, (ro, rl) in cases:
                 oc, lc = cudl.poisoned(qc.shape, np.float16), cudl.poisoned(qc.shape[:2])
-                ch12.flash_launch(kern, qc, kc, vc, oc, lc, causal)
+                flash.flash_launch(kern, qc, kc, vc, oc, lc, causal)
                 finished(f"{label} bh={bh_c} S={S_c} causal={causal}")
                 got = cudl.to_numpy(oc).astype(np.float64)
                 err = float(np.linalg.norm(got - ro) / np.linalg.norm(ro)) if np.isfinite(got).all() \
@@ -518,7 +375,7 @@ def ws(budget_s: float = 80.0):
                 worst, worst_l = max(worst, err), max(worst_l, lerr)
             for causal in (False, True):
                 o.fill(np.nan)
-                ch12.flash_launch(kern, q, k, v, o, lse, causal)
+                flash.flash_launch(kern, q, k, v, o, lse, causal)
                 finished(f"{label} S={S} causal={causal}")
                 big.append(rel_dev(o, refs[causal]))
             bad += [f"S={S} vs SDPA fp32: {e:.1e}" for e in big if not e < 2e-3]
@@ -532,7 +389,7 @@ def ws(budget_s: float = 80.0):
         elif time.time() - t_start > budget_s:
             WS_ROWS.append(f"{label:28s} (not timed: past the {budget_s:.0f} s budget)")
         else:
-            row(label, kern.num_regs, lambda causal, kern=kern: ch12.flash_launch(kern, q, k, v, o, lse, causal))
+            row(label, kern.num_regs, lambda causal, kern=kern: flash.flash_launch(kern, q, k, v, o, lse, causal))
     for causal in (False, True):
         again = cudl.bench(lambda: sdpa(q, k, v, causal), flops=flops(S, d, bh, causal), rep_ms=60)
         print(f"   SDPA causal={causal}: {WS_BASE[causal].ms:.3f} ms first, {again.ms:.3f} ms last", flush=True)
@@ -559,12 +416,12 @@ if "--ws" in sys.argv:
             with open(os.path.join(os.environ["OUT"], "ch12_ws.json"), "w") as f:
                 json.dump(results, f, indent=1, default=str)
     sys.exit(0)
-if "--sweep" in sys.argv:
+if "--tune" in sys.argv:
     try:
-        sweep()
+        tuned_builds(force=True)
     finally:
         if os.environ.get("OUT"):
-            with open(os.path.join(os.environ["OUT"], "ch12_sweep.json"), "w") as f:
+            with open(os.path.join(os.environ["OUT"], "ch12_tune.json"), "w") as f:
                 json.dump(results, f, indent=1, default=str)
     sys.exit(0)
 print(results, flush=True)
@@ -574,7 +431,7 @@ for part in (correctness, speed, memory):
     except Exception:  # noqa: BLE001
         traceback.print_exc()
 if os.environ.get("OUT"):
-    with open(os.path.join(os.environ["OUT"], "ch12.json"), "w") as f:
+    with open(os.path.join(os.environ["OUT"], "flash.json"), "w") as f:
         json.dump(results, f, indent=1, default=str)
 bad = [k for k, c in results.get("checks", {}).items() if not c["ok"]]
 print(f"== checks: {len(results.get('checks', {})) - len(bad)} OK, {len(bad)} BAD {bad[:5]}")

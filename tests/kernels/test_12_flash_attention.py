@@ -14,11 +14,12 @@ import numpy as np
 import pytest
 
 import cudl
-from cudl.grade import ch12
+
+flash = cudl.kernels_module("12-flash-attention/flash.py")  # the chapter's launchers
 
 TOL = 2e-3  # O: fp16 P and fp16 output round at ~5e-4; the kernels land near 2.5e-4
 LSE_TOL = 1e-3  # natural-log units; fp32 sums land near 1e-6
-KERNELS = [k for k in ch12.FLASH if k not in ch12.HOPPER]  # the emulator has no wgmma
+KERNELS = [k for k in flash.FLASH if k not in flash.HOPPER]  # the emulator has no wgmma
 
 
 @pytest.fixture(autouse=True)
@@ -54,9 +55,9 @@ def errors(o, lse, ref) -> tuple[float, float]:
 
 def check(name: str, bh: int, S: int, d: int, causal: bool, rising: bool = False, **build) -> None:
     q, k, v = inputs(bh, S, d, rising=rising)
-    o, lse = ch12.flash_attention(name, q, k, v, causal, **build)
+    o, lse = flash.flash_attention(name, q, k, v, causal, **build)
     cudl.sync()
-    err, lerr = errors(o, lse, ch12.reference(q, k, v, causal))
+    err, lerr = errors(o, lse, flash.reference(q, k, v, causal))
     case = f"{name} {build} bh={bh} S={S} d={d} causal={causal}"
     assert err < TOL, f"{case}: O relative error {err:.2e} (NaN: an unwritten output)"
     assert lerr < LSE_TOL, f"{case}: logsumexp error {lerr:.2e}"
@@ -110,15 +111,15 @@ def test_flash_tile_shapes(name, build):
 @pytest.mark.parametrize("d,S", [(64, 17), (128, 100)])
 def test_naive(d, S, causal):
     q, k, v = inputs(2, S, d)
-    err, _ = errors(ch12.naive_attention(q, k, v, causal), None, ch12.reference(q, k, v, causal))
+    err, _ = errors(flash.naive_attention(q, k, v, causal), None, flash.reference(q, k, v, causal))
     assert err < TOL, f"naive S={S} d={d} causal={causal}: relative error {err:.2e}"
 
 
 def test_wrong_result_is_caught():
     """The check can fail: the causal kernel compared with full attention is far outside the tolerance."""
     q, k, v = inputs(1, 100, 64)
-    o, lse = ch12.flash_attention(KERNELS[0], q, k, v, True)
-    err, lerr = errors(o, lse, ch12.reference(q, k, v, False))
+    o, lse = flash.flash_attention(KERNELS[0], q, k, v, True)
+    err, lerr = errors(o, lse, flash.reference(q, k, v, False))
     assert err > 10 * TOL and lerr > 10 * LSE_TOL
 
 
@@ -130,7 +131,7 @@ def test_against_sdpa(name, causal):
     import torch.nn.functional as F
 
     q, k, v = inputs(8, 1000, 128, q_scale=1.0)
-    o, _ = ch12.flash_attention(name, q, k, v, causal)
+    o, _ = flash.flash_attention(name, q, k, v, causal)
     t = [torch.from_dlpack(a).float().view(2, 4, 1000, 128) for a in (q, k, v)]
     ref = F.scaled_dot_product_attention(*t, is_causal=causal).reshape(8, 1000, 128).double().cpu().numpy()
     got = cudl.to_numpy(o).astype(np.float64)
@@ -149,7 +150,7 @@ def hopper() -> bool:
 @pytest.mark.parametrize("warps", [4, 8, 12])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("bh,S", [(3, 1), (2, 100), (2, 300)])
-@pytest.mark.parametrize("name", [ch12.WGMMA, "flash_attn_5_overlap"])
+@pytest.mark.parametrize("name", [flash.WGMMA, "flash_attn_5_overlap"])
 def test_flash_wgmma(name, bh, S, causal, warps):
     check(name, bh, S, 128, causal, warps=warps)
 
@@ -177,7 +178,7 @@ WS_IDS = ["bc128", "no-pingpong", "3-stages", "bc64", "bc176", "bc192", "zero-fi
 def test_flash_ws(bh, S, causal, build):
     """Kernel 6 (producer warpgroup with TMA, two consumers): tails, several tiles, 3 or 1 rounds of the ring;
     bh = 300 gives a persistent block (one per SM, without a mask) several work tiles of two key tiles each."""
-    check(ch12.WS, bh, S, 128, causal, warps=12, **build)
+    check(flash.WS, bh, S, 128, causal, warps=12, **build)
 
 
 def test_flash_ws_refused_off_hopper():
@@ -185,13 +186,13 @@ def test_flash_ws_refused_off_hopper():
     if not cudl.on_gpu():
         q, k, v = inputs(1, 17, 128)
         with pytest.raises(RuntimeError, match="sm_90"):
-            ch12.flash_attention(ch12.WS, q, k, v, False, warps=12)
+            flash.flash_attention(flash.WS, q, k, v, False, warps=12)
     if hopper():
         q, k, v = inputs(1, 17, 64)
         with pytest.raises(ValueError, match="128"):
-            ch12.flash_attention(ch12.WS, q, k, v, False, warps=12)
+            flash.flash_attention(flash.WS, q, k, v, False, warps=12)
     with pytest.raises(ValueError, match="12 warps"):
-        ch12.flash_kernel(ch12.WS, 128, warps=8)
+        flash.flash_kernel(flash.WS, 128, warps=8)
 
 
 # Plausible mistakes, made by editing one line of a kernel file: the check must reject each.
@@ -234,10 +235,38 @@ def test_mutant_is_rejected(mutant, mutated_kernel):
     q, k, v = inputs(2, 200, 64, rising=mutant in RISING, quiet_first_8=mutant in RISING)
     causal = mutant != "no-tail-mask"  # causal rows never reach the keys past S
     try:
-        o, lse = ch12.flash_attention(name, q, k, v, causal, source=source, sm75=mutant in RACES,
+        o, lse = flash.flash_attention(name, q, k, v, causal, source=source, sm75=mutant in RACES,
                                       **(build[0] if build else {}))
         cudl.sync()
     except cudl.KernelFault:  # e.g. the race check stops a launch without its barrier
         return
-    err, lerr = errors(o, lse, ch12.reference(q, k, v, causal))
+    err, lerr = errors(o, lse, flash.reference(q, k, v, causal))
     assert not (err < TOL and lerr < LSE_TOL), f"mutant {mutant} passes (error {err:.2e}, {lerr:.2e})"
+
+
+@pytest.mark.parametrize("smem_kib", [227, 163, 64])  # an H100, an A100, a T4
+def test_every_default_build_is_among_its_candidates(smem_kib):
+    """cudl.autotune refuses a default outside its space: each GPU's default build must be a candidate, and
+    each kernel of the chapter must have a space of at most 6 (each is compiled when tuning)."""
+    builds = flash.chapter_builds(smem_kib * 1024)
+    assert set(builds) == set(flash.SPACES)
+    for label, (name, build) in builds.items():
+        assert build in flash.SPACES[label], (label, smem_kib)
+        assert name in flash.FLASH and 1 <= len(flash.SPACES[label]) <= 6
+
+
+def test_tune_on_the_emulator_checks_the_default(monkeypatch, tmp_path):
+    """On the emulator flash.tune builds, launches and checks the default only, and a wrong check fails it."""
+    monkeypatch.setenv("CUDL_CACHE", str(tmp_path))
+    label = "2 mma.sync"
+    default = flash.chapter_builds(227 * 1024)[label]
+    q, k, v = inputs(1, 40, 64)
+    seen = []
+    tuned = flash.tune(label, default, q, k, v, lambda kern: seen.append(kern.tile))
+    assert tuned.config == default[1] and tuned.gain is None and seen == [tuned.kernel.tile]
+    assert tuned.kernel.head_dim == 64
+
+    def wrong(kern):
+        raise AssertionError("wrong output")
+    with pytest.raises(AssertionError, match="wrong output"):
+        flash.tune(label, default, q, k, v, wrong)
