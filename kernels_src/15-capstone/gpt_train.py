@@ -16,7 +16,9 @@ by default) before the backward and the gradients divided by S in the clipping k
 norm is not finite is skipped and S halved, and S doubles after `scale_window` good steps.
 
 Kernels (every one loaded by path from kernels_src/, none copied):
-  11-tensor-cores/hgemm_3_cp_async.cu   every product, as A B (fp16 in, fp32 out)
+  11-tensor-cores/hgemm.py              every product, as A B (fp16 in, fp32 out): kernel 5
+                                         (wgmma + TMA) on sm_90 where N is a multiple of 256,
+                                         else kernel 3 (cp.async, any GPU and the emulator)
   12-flash-attention/flash_attn_2_mma.cu causal attention forward, O and the logsumexp
   15-capstone/flash_attn_bwd_*.cu        attention backward (attention_backward.py)
   07-fusion/fused_rows.cu                LayerNorm forward and backward (fp32)
@@ -58,6 +60,7 @@ OPS = "15-capstone/gpt_ops.cu"
 GEMM = "11-tensor-cores/hgemm_3_cp_async.cu"
 GEMM_TILE = 128  # hgemm_3: M and N multiples of 128 (BN = 128), K of 32
 GEMM_SMEM = 3 * (128 + 128) * 32 * 2  # STAGES x (BM + BN) x BK halves
+GEMM5_OPTIONS = ("-DSTAGES=3",)  # chapter 11's best ring depth on the H100 and the H200
 LN_EPS = 1e-5
 LN_THREADS = 128  # fused_rows: a row of up to 16 x 128 = 2048 columns in registers
 
@@ -77,7 +80,8 @@ class Config:
 
 # The emulator's toy size: head dimension 64 (the attention kernels take 64 or 128), so d = 128 for 2 heads.
 TOY = Config()
-GPT2 = Config(vocab=50304, d=768, layers=12, heads=12, seq=1024)  # GPT-2 small, vocab padded to 128 x 393
+# GPT-2 small; its 50257 tokens padded to 256 x 197, the N tile of chapter 11's kernel 5
+GPT2 = Config(vocab=50432, d=768, layers=12, heads=12, seq=1024)
 
 
 def check_config(cfg: Config, batch: int) -> None:
@@ -180,7 +184,12 @@ class Model:
         self.k = kernels()
         self.attn_fwd = ch12.flash_kernel("flash_attn_2_mma", cfg.hd)
         self.attn_bwd = ab.main_kernel(2, cfg.hd)
-        self.sms = cudl.device_info().get("sms", 4)
+        info = cudl.device_info()
+        self.sms = info.get("sms", 4)
+        # chapter 11's kernel 5 needs sm_90a (wgmma, TMA): on other GPUs and the emulator, kernel 3
+        self.wgmma = cudl.on_gpu() and info.get("cc") == "9.0"
+        self.tc = cudl.kernels_module("11-tensor-cores/hgemm.py") if self.wgmma else None
+        self.gemm5: dict[tuple, Any] = {}
         # one flat fp32 buffer per kind, each parameter at an offset aligned to 64 floats (16-byte GEMM rows)
         self.offsets: dict[str, tuple[int, tuple[int, ...]]] = {}
         at, self.n_decay = 0, 0
@@ -262,8 +271,19 @@ class Model:
         return min(cdiv(n, 256), 32 * self.sms)
 
     def gemm(self, a: Any, b: Any, c: Any, M: int, N: int, K: int) -> None:
-        """C [M, N] fp32 = A [M, K] B [K, N], fp16 row-major operands (hgemm_3)."""
-        self.k["gemm"]((N // GEMM_TILE, M // GEMM_TILE), 256, (M, N, K, a, b, c), shared_mem=GEMM_SMEM)
+        """C [M, N] fp32 = A [M, K] B [K, N], fp16 row-major operands: chapter 11's kernel 5 (wgmma + TMA)
+        on Hopper where N is a multiple of its 256-wide tile, kernel 3 (hgemm_3) elsewhere."""
+        if not (self.wgmma and N % 256 == 0):
+            self.k["gemm"]((N // GEMM_TILE, M // GEMM_TILE), 256, (M, N, K, a, b, c), shared_mem=GEMM_SMEM)
+            return
+        # kernel 5 reads A and B through tensor maps that hold their addresses: one launcher per
+        # operand triple, made on first use (the step's buffers are allocated once, so a few dozen)
+        key = (a.data.ptr, b.data.ptr, c.data.ptr, M, N, K)
+        run = self.gemm5.get(key)
+        if run is None:
+            run = self.gemm5[key] = self.tc.hgemm("5: wgmma + TMA", a.reshape(M, K), b.reshape(K, N),
+                                                  c.reshape(M, N), options=GEMM5_OPTIONS)
+        run()
 
     def cast(self, x: Any, y: Any, yt: Any, rows: int, cols: int, scale: float = 1.0) -> None:
         self.k["cast_transpose"]((cdiv(cols, 32), cdiv(rows, 32)), (32, 8), (x, y, yt, rows, cols, scale))
