@@ -93,6 +93,18 @@ def check_config(cfg: Config, batch: int) -> None:
             raise ValueError(f"{name} = {n} must be a multiple of {GEMM_TILE} (hgemm_3's tiles)")
 
 
+def step_flops(cfg: Config, batch: int) -> float:
+    """The FLOPs of one training step, counted as the model needs them (not as a kernel spends them).
+    Every weight is used in one product per token forward (2 FLOPs per weight and token) and in two
+    backward (dX and dW): 6 per weight and token, over the 12 d^2 weights of each layer's four matrices and
+    the V d of the tied head. Causal attention per layer: Q K^T and P V forward, 2 x 2 S^2 d per sequence,
+    halved by the mask; the backward's five products (P recomputed, dV, dP, dQ, dK) are 2.5 times that."""
+    T, d, S = batch * cfg.seq, cfg.d, cfg.seq
+    dense = 6 * T * (12 * cfg.layers * d * d + cfg.vocab * d)
+    attention = cfg.layers * batch * 3.5 * (2 * 2 * S * S * d) / 2
+    return float(dense + attention)
+
+
 def param_shapes(cfg: Config) -> list[tuple[str, tuple[int, ...], bool]]:
     """(name, shape, decayed) of every parameter, decayed ones first (AdamW runs once per group)."""
     d = cfg.d
