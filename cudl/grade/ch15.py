@@ -218,11 +218,11 @@ def cast_transpose(load: Any, case: dict[str, Any]) -> list[tuple[Any, ...]]:
     pairs = []
     if y is not None:
         check_guard(ybuf, rows * cols, "y")
-        same_bits(y.view(np.uint16), want.view(np.uint16), "y", why)
+        same_bits(y.view(np.uint16), want.view(np.uint16), "y", why, fp16=True)
         pairs.append((y.view(np.uint16), want.view(np.uint16)))
     if yt is not None:
         check_guard(ytbuf, rows * cols, "yt")
         same_bits(yt.view(np.uint16), np.ascontiguousarray(want.T).view(np.uint16), "yt", "yt[c][r] = y[r][c]; "
-                  + why)
+                  + why, fp16=True)
         pairs.append((yt.view(np.uint16), np.ascontiguousarray(want.T).view(np.uint16)))
     return pairs
