@@ -37,8 +37,9 @@ def token_segments(tokens: np.ndarray, vocab: int) -> tuple[np.ndarray, np.ndarr
 
 
 def _draw_tokens(rng: np.random.Generator, vocab: int, rows: int, skew: float) -> np.ndarray:
-    """`rows` tokens: uniform over a random 3/4 of the vocabulary (so some tokens are absent from the batch,
-    the last one included in every other draw), a fraction `skew` of the rows replaced by one hot token."""
+    """`rows` tokens: uniform over a random 3/4 of the vocabulary (so some tokens are absent from the batch;
+    the last token, whose block is the grid's last, present or absent by a coin flip), then a fraction `skew`
+    of the rows replaced by one hot token."""
     present = rng.permutation(vocab)[: max(1, (3 * vocab) // 4)]
     tokens = rng.choice(present, rows)
     if vocab > 1 and rng.random() < 0.5:
