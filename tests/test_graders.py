@@ -372,6 +372,9 @@ def test_same_bits_names_the_first_difference():
     with pytest.raises(Refuse, match=r"1 of 3 elements of out differ .* \[1\]: got 1\.5078125 \(0x3fc1\), "
                                      r"expected 1\.5 \(0x3fc0\): why"):
         same_bits(got, ref, "out", "why")
+    # the same bits read as fp16 (exercise 15.3): 0x3fc1 is 1.9384765625 there, 0x3fc0 1.9375
+    with pytest.raises(Refuse, match=r"\[1\]: got 1\.9384765625 \(0x3fc1\), expected 1\.9375 \(0x3fc0\): why"):
+        same_bits(got, ref, "out", "why", fp16=True)
 
 
 def test_deterministic_runs_again_in_reverse_order(monkeypatch):

@@ -33,9 +33,10 @@ def fp32_sum_rtol(n: int, slack: float = 2.0) -> float:
     return slack * max(1, n) * U32
 
 
-def same_bits(out: Any, ref_bits: np.ndarray, name: str, why: str) -> None:
+def same_bits(out: Any, ref_bits: np.ndarray, name: str, why: str, fp16: bool = False) -> None:
     """Refuse unless `out` holds exactly the bits `ref_bits` (same dtype: uint16 for bf16/fp16, uint32 for
-    fp32, int8 ...); the message shows the first wrong element as a number and as bits, and `why`."""
+    fp32, int8 ...); the message shows the first wrong element as a number and as bits, and `why`. uint16 bits
+    are shown as bf16 values, or as fp16 ones with `fp16`."""
     got = np.asarray(cudl.to_numpy(out)).reshape(ref_bits.shape)
     got_bits = got.view(ref_bits.dtype) if got.dtype.itemsize == ref_bits.dtype.itemsize else got
     bad = np.flatnonzero(got_bits.ravel() != ref_bits.ravel())
@@ -45,12 +46,15 @@ def same_bits(out: Any, ref_bits: np.ndarray, name: str, why: str) -> None:
     g, e = got_bits.ravel()[i], ref_bits.ravel()[i]
     width = 2 * ref_bits.dtype.itemsize
     raise Refuse(f"{bad.size} of {ref_bits.size} elements of {name} differ from the exact result; first at "
-                 f"[{i}]: got {_value(g, ref_bits.dtype)} (0x{int(g) & (16**width - 1):0{width}x}), expected "
-                 f"{_value(e, ref_bits.dtype)} (0x{int(e) & (16**width - 1):0{width}x}): {why}")
+                 f"[{i}]: got {_value(g, ref_bits.dtype, fp16)} (0x{int(g) & (16**width - 1):0{width}x}), expected "
+                 f"{_value(e, ref_bits.dtype, fp16)} (0x{int(e) & (16**width - 1):0{width}x}): {why}")
 
 
-def _value(bits: Any, dtype: np.dtype) -> str:
-    """A readable value of one element: bf16 bits (uint16) decoded, fp32 bits (uint32) decoded, ints as is."""
+def _value(bits: Any, dtype: np.dtype, fp16: bool = False) -> str:
+    """A readable value of one element: bf16 (or fp16) bits (uint16) decoded, fp32 bits (uint32) decoded, ints
+    as is."""
+    if dtype == np.uint16 and fp16:
+        return repr(float(np.array([bits], np.uint16).view(np.float16)[0]))
     if dtype == np.uint16:
         return repr(float(np.array([int(bits) << 16], np.uint32).view(np.float32)[0]))
     if dtype == np.uint32:

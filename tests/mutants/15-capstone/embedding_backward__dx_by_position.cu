@@ -1,0 +1,13 @@
+// Reads dx at the position i in the sorted list instead of at the row order[i] it names.
+extern "C" __global__ void embedding_backward(const float* __restrict__ dx,
+                                              const int* __restrict__ order,
+                                              const int* __restrict__ starts,
+                                              float* __restrict__ dwte, int C) {
+    const int v = blockIdx.x, begin = starts[v], end = starts[v + 1];
+    if (begin == end) return;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        float acc = 0.0f;
+        for (int i = begin; i < end; i++) acc += dx[(long long)i * C + c];
+        dwte[(long long)v * C + c] += acc;
+    }
+}

