@@ -236,7 +236,11 @@ class Model:
         self.dres = f32(T, C)  # the gradient of the residual stream
         self.do16 = f16(*heads)
         self.bwd_out = (f32(*heads), f32(batch * H, S), *(f16(*heads) for _ in range(3)))
-        self.ln_parts = min(self.sms, T)
+        # fused_rows' backward uses 125 registers (ptxas, sm_90): 4 blocks of 128 threads per SM, each walking
+        # its rows one at a time; one block per SM (the kernel's "one wave") left 4 warps per SM with one 6 KB
+        # row in flight. 4 per SM fill the register file; each writes its dw, db partials ([parts, C] fp32,
+        # 3 MB at GPT-2's 528 x 768, 2% of the 150 MB that the backward moves).
+        self.ln_parts = min(4 * self.sms, T)
         self.ln_dw, self.ln_db = f32(self.ln_parts, C), f32(self.ln_parts, C)
         self.norm_parts = 2 * self.sms
         self.norm_buf, self.norm_sq = f32(self.norm_parts), f32(1)
@@ -300,7 +304,8 @@ class Model:
         T, C = x.shape
         self.k["ln_bwd"]((self.ln_parts,), LN_THREADS, (dy, x, self.view(self.p, name + "_w"), mean, rstd, dx,
                                                         self.ln_dw, self.ln_db, T, C))
-        self.k["ln_reduce"]((cdiv(C, 32),), (32, 8), (self.ln_dw, self.ln_db, self.view(self.g, name + "_w"),
+        # 32 lanes of parts per column (the kernel's shared sums hold 32): 17 loads per thread, not 66
+        self.k["ln_reduce"]((cdiv(C, 32),), (32, 32), (self.ln_dw, self.ln_db, self.view(self.g, name + "_w"),
                                                      self.view(self.g, name + "_b"), self.ln_parts, C))
 
     def bias_grad(self, dy: Any, name: str) -> None:
