@@ -10,26 +10,43 @@
 //                        tokens sorted by id on the host), so the sum is deterministic
 //                        (atomicAdd would add in a different order at every run)
 //   position_backward    dwpe[s] = sum over the batch of dx[b seq + s]
-//   cast_transpose       y = half(scale x) and yt = its transpose, through a 32 x 32
-//                        tile of shared memory so that reads and writes both coalesce
+//   cast_transpose       y = half(scale x) and yt = its transpose, through a 32 x 64
+//                        tile of shared memory so that reads and writes both coalesce;
+//                        with colsum, also the tile's column sums: a bias gradient
+//                        (db = sum of dY's rows) costs no pass of its own over dY
+//   bias_grad_reduce     db[c] = sum of those per-tile sums, in a fixed order: no
+//                        atomics, the same bits at every run
 //   residual_add         out = x + y (+ bias): the residual stream, a projection's bias
 //   split_heads          [rows, parts C] fp32 (+ bias) -> `parts` fp16 [B H, seq, hd],
 //                        the layout of the attention kernels; merge_heads is the inverse
-//                        (fp16 heads -> fp32 rows)
+//                        straight to fp16 rows (the next GEMM's operand), with the
+//                        transposed copy and the column sums (the qkv bias gradient)
+//                        on request, so no fp32 copy is written and read back
 //   block_sum            per-block sums (of squares) in a fixed order: a deterministic
 //                        gradient norm in two launches
 //   grad_unscale_clip    g *= min(1, max_norm / (||g|| + 1e-6)) / loss_scale, reading
 //                        ||g||^2 from device memory (no host round trip: graphs hold it)
-// Limit: all memory-bound (a few bytes per element): target the copy bandwidth. Together
-// they move a few times the activations once per layer; the GEMMs dominate the step.
+// Limit: all memory-bound (a few bytes per element): target the copy bandwidth. What
+// keeps them there: 16 bytes per thread in flight (about 2048 threads x 16 B = 32 KB per
+// SM covers ~4.8 TB/s x ~0.7 us of latency over 132 SMs), enough blocks to fill every SM,
+// and no 64-bit division per element (a software routine of dozens of instructions: 4
+// per element made the old split_heads compute-bound, at about a fifth of the bandwidth).
 // Launch: grid-stride kernels take block (256) and any grid; cast_transpose block
-// (32, 8), grid (ceil(cols / 32), ceil(rows / 32)); embedding_backward block (128), grid
-// (vocab); block_sum block (256).
+// (32, 8), grid (ceil(cols / 64), ceil(rows / 32)); bias_grad_reduce block (32, 32),
+// grid (ceil(cols / 32)); residual_add and split_heads one block per row (grid rows,
+// block: a multiple of 32 covering cols / 4, resp. parts C / 8, up to 1024);
+// merge_heads block (256), grid (ceil(seq / 32), batch heads, parts); embedding_backward
+// block (128), grid (vocab); block_sum block (256).
 
 #include <cuda_fp16.h>
 
 #define WARP 32
-#define TILE 32  // cast_transpose: a 32 x 32 tile, 8 rows of threads stepping by 8
+// cast_transpose: a tile of 32 rows x 64 columns on (32, 8) threads, each thread two
+// adjacent columns of 4 rows (8-byte loads, 4-byte stores, 4 loads in flight)
+#define TILE_ROWS 32
+#define TILE_COLS 64
+#define ROW_STEP 8  // = blockDim.y
+#define MAX_HD 128  // merge_heads: the attention kernels' largest head dimension
 
 __device__ __forceinline__ long long first_index() {
     return (long long)blockIdx.x * blockDim.x + threadIdx.x;
@@ -78,40 +95,111 @@ extern "C" __global__ void position_backward(const float* __restrict__ dx,
     }
 }
 
+// x [rows, cols] fp32 -> y = half(scale x) [rows, cols] and yt its transpose [cols,
+// rows] (either may be null); colsum (if not null) [ceil(rows / 32), cols] gets the sum
+// of scale x over each tile's 32 rows, for bias_grad_reduce.
 extern "C" __global__ void cast_transpose(const float* __restrict__ x,
                                           __half* __restrict__ y, __half* __restrict__ yt,
-                                          int rows, int cols, float scale) {
-    __shared__ float tile[TILE][TILE + 1];  // + 1: the column reads hit 32 banks
-    const int c0 = blockIdx.x * TILE, r0 = blockIdx.y * TILE;
-    for (int i = threadIdx.y; i < TILE; i += blockDim.y) {
-        const int r = r0 + i, c = c0 + threadIdx.x;
-        if (r < rows && c < cols) {
-            const float v = scale * x[(long long)r * cols + c];
-            tile[i][threadIdx.x] = v;
-            if (y) y[(long long)r * cols + c] = __float2half_rn(v);
+                                          float* __restrict__ colsum, int rows, int cols,
+                                          float scale) {
+    __shared__ float tile[TILE_ROWS][TILE_COLS + 1];  // + 1: column reads hit 32 banks
+    const int c0 = blockIdx.x * TILE_COLS, r0 = blockIdx.y * TILE_ROWS;
+    const int c = c0 + 2 * threadIdx.x;  // this thread's two adjacent columns
+    const bool pairs = cols % 2 == 0;    // then c, c + 1 both in or both out
+    float2 v[TILE_ROWS / ROW_STEP];
+#pragma unroll  // every load issued before the first use: 4 x 8 bytes in flight
+    for (int k = 0; k < TILE_ROWS / ROW_STEP; k++) {
+        const int r = r0 + threadIdx.y + k * ROW_STEP;
+        const long long at = (long long)r * cols + c;
+        v[k] = make_float2(0.f, 0.f);  // outside the matrix: 0 (adds nothing to colsum)
+        if (r < rows && pairs && c < cols) {
+            v[k] = *reinterpret_cast<const float2*>(x + at);
+        } else if (r < rows) {
+            if (c < cols) v[k].x = x[at];
+            if (c + 1 < cols) v[k].y = x[at + 1];
         }
     }
-    if (!yt) return;  // uniform over the block: the barrier below is met by all or none
+#pragma unroll
+    for (int k = 0; k < TILE_ROWS / ROW_STEP; k++) {
+        const int i = threadIdx.y + k * ROW_STEP, r = r0 + i;
+        const float a = scale * v[k].x, b = scale * v[k].y;
+        tile[i][2 * threadIdx.x] = a;
+        tile[i][2 * threadIdx.x + 1] = b;
+        if (!y || r >= rows) continue;
+        const long long at = (long long)r * cols + c;
+        if (pairs && c < cols) {
+            *reinterpret_cast<__half2*>(y + at) = __floats2half2_rn(a, b);
+        } else {
+            if (c < cols) y[at] = __float2half_rn(a);
+            if (c + 1 < cols) y[at + 1] = __float2half_rn(b);
+        }
+    }
+    if (!yt && !colsum) return;  // uniform: the barrier is met by all threads or none
     __syncthreads();
-    for (int i = threadIdx.y; i < TILE; i += blockDim.y) {
-        const int c = c0 + i, r = r0 + threadIdx.x;  // yt's row c: down a tile column
-        if (r < rows && c < cols)
-            yt[(long long)c * rows + r] = __float2half_rn(tile[threadIdx.x][i]);
+    if (yt) {
+#pragma unroll
+        for (int k = 0; k < TILE_COLS / ROW_STEP; k++) {
+            const int j = threadIdx.y + k * ROW_STEP, r = r0 + threadIdx.x;
+            const float t = tile[threadIdx.x][j];
+            // a warp writes 32 consecutive halves (64 bytes) of yt's row c0 + j
+            if (r < rows && c0 + j < cols)
+                yt[(long long)(c0 + j) * rows + r] = __float2half_rn(t);
+        }
+    }
+    const int j = threadIdx.y * WARP + threadIdx.x;  // one thread per tile column
+    if (colsum && j < TILE_COLS && c0 + j < cols) {
+        float acc = 0.f;
+        for (int i = 0; i < TILE_ROWS; i++) acc += tile[i][j];  // in row order
+        colsum[(long long)blockIdx.y * cols + c0 + j] = acc;
     }
 }
 
-// out may be x (in place); bias may be null
+// out[c] = sum over p < parts of part[p, c] (overwritten), in an order fixed by the
+// launch: lane y adds parts y, y + 32, ..., then lane 0 adds the 32 lanes in order
+extern "C" __global__ void bias_grad_reduce(const float* __restrict__ part, int parts,
+                                            int cols, float* __restrict__ out) {
+    __shared__ float sums[WARP][WARP + 1];
+    const int c = blockIdx.x * WARP + threadIdx.x;
+    float acc = 0.f;
+    if (c < cols)
+        for (int p = threadIdx.y; p < parts; p += WARP)
+            acc += part[(long long)p * cols + c];
+    sums[threadIdx.y][threadIdx.x] = acc;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < cols) {
+        float s = 0.f;
+        for (int k = 0; k < WARP; k++) s += sums[k][threadIdx.x];
+        out[c] = s;
+    }
+}
+
+// out = x + y (+ bias), one row per block, 4 columns per thread; out may be x (in place),
+// bias may be null; cols a multiple of 4 (16-byte rows)
 extern "C" __global__ void residual_add(float* out, const float* x,
                                         const float* __restrict__ y,
                                         const float* __restrict__ bias, int rows,
                                         int cols) {
-    const long long n = (long long)rows * cols;
-    for (long long i = first_index(); i < n; i += grid_stride())
-        out[i] = x[i] + y[i] + (bias ? bias[i % cols] : 0.f);
+    const long long at = (long long)blockIdx.x * cols;
+    for (int q = threadIdx.x; q < cols / 4; q += blockDim.x) {
+        const float4 a = reinterpret_cast<const float4*>(x + at)[q];
+        const float4 b = reinterpret_cast<const float4*>(y + at)[q];
+        float4 o = make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
+        if (bias) {
+            const float4 e = reinterpret_cast<const float4*>(bias)[q];
+            o = make_float4(o.x + e.x, o.y + e.y, o.z + e.z, o.w + e.w);
+        }
+        reinterpret_cast<float4*>(out + at)[q] = o;
+    }
 }
 
-// src [batch seq, parts C] with C = heads hd; column p C + h hd + d of row b seq + s goes
-// to dst_p[((b heads + h) seq + s) hd + d] (dst_1, dst_2 unused when parts = 1)
+struct alignas(16) Half8 {  // 8 halves: one 16-byte load or store
+    __half2 h[4];
+};
+
+// src [batch seq, parts C] fp32 (+ bias [parts C]), C = heads hd: column p C + h hd + d
+// of row b seq + s goes to dst_p[((b heads + h) seq + s) hd + d] (dst_1, dst_2 unused
+// when parts = 1). One row per block, 8 columns per thread (two float4 in, 16 bytes out);
+// C, hd multiples of 8.
 extern "C" __global__ void split_heads(const float* __restrict__ src,
                                        const float* __restrict__ bias,
                                        __half* __restrict__ dst0,
@@ -119,30 +207,77 @@ extern "C" __global__ void split_heads(const float* __restrict__ src,
                                        __half* __restrict__ dst2, int batch, int seq,
                                        int heads, int hd, int parts) {
     const int C = heads * hd, width = parts * C;
-    const long long n = (long long)batch * seq * width;
-    for (long long i = first_index(); i < n; i += grid_stride()) {
-        const long long r = i / width;
-        const int col = (int)(i - r * width), p = col / C, h = col % C / hd, d = col % hd;
-        const long long b = r / seq, s = r % seq;
+    const int r = blockIdx.x, b = r / seq, s = r - b * seq;  // 32-bit, once per row
+    const float* row = src + (long long)r * width;
+    for (int col = 8 * threadIdx.x; col < width; col += 8 * blockDim.x) {
+        const int p = col / C, h = (col - p * C) / hd, d = col - p * C - h * hd;
+        float4 lo = *reinterpret_cast<const float4*>(row + col);
+        float4 hi = *reinterpret_cast<const float4*>(row + col + 4);
+        if (bias) {
+            const float4 bl = *reinterpret_cast<const float4*>(bias + col);
+            const float4 bh = *reinterpret_cast<const float4*>(bias + col + 4);
+            lo = make_float4(lo.x + bl.x, lo.y + bl.y, lo.z + bl.z, lo.w + bl.w);
+            hi = make_float4(hi.x + bh.x, hi.y + bh.y, hi.z + bh.z, hi.w + bh.w);
+        }
+        Half8 o;
+        o.h[0] = __floats2half2_rn(lo.x, lo.y);
+        o.h[1] = __floats2half2_rn(lo.z, lo.w);
+        o.h[2] = __floats2half2_rn(hi.x, hi.y);
+        o.h[3] = __floats2half2_rn(hi.z, hi.w);
         __half* dst = p == 0 ? dst0 : p == 1 ? dst1 : dst2;
-        const float v = src[i] + (bias ? bias[col] : 0.f);
-        dst[((b * heads + h) * seq + s) * hd + d] = __float2half_rn(v);
+        const long long at = ((long long)(b * heads + h) * seq + s) * hd + d;
+        *reinterpret_cast<Half8*>(dst + at) = o;
     }
 }
 
+// The inverse of split_heads, straight to fp16 rows: src_p [batch heads, seq, hd] ->
+// y [batch seq, parts C] (column p C + h hd + d) and, if not null, yt = y^T [parts C,
+// batch seq]; colsum (if not null) [batch ceil(seq / 32), parts C] gets the column sums
+// of each 32 positions. A block moves 32 positions of one head of one part (a 32 x hd
+// tile, hd <= MAX_HD): rows of src and y are read and written 16 bytes per thread, yt
+// through the tile in shared memory, a warp writing 32 positions (64 bytes) of a row.
 extern "C" __global__ void merge_heads(const __half* __restrict__ src0,
                                        const __half* __restrict__ src1,
                                        const __half* __restrict__ src2,
-                                       float* __restrict__ dst, int batch, int seq,
+                                       __half* __restrict__ y, __half* __restrict__ yt,
+                                       float* __restrict__ colsum, int batch, int seq,
                                        int heads, int hd, int parts) {
-    const int C = heads * hd, width = parts * C;
-    const long long n = (long long)batch * seq * width;
-    for (long long i = first_index(); i < n; i += grid_stride()) {
-        const long long r = i / width;
-        const int col = (int)(i - r * width), p = col / C, h = col % C / hd, d = col % hd;
-        const long long b = r / seq, s = r % seq;
-        const __half* src = p == 0 ? src0 : p == 1 ? src1 : src2;
-        dst[i] = __half2float(src[((b * heads + h) * seq + s) * hd + d]);
+    __shared__ __half tile[WARP][MAX_HD + 2];  // + 2 halves: column reads hit 32 banks
+    const int bh = blockIdx.y, b = bh / heads, h = bh - b * heads, p = blockIdx.z;
+    const int s0 = blockIdx.x * WARP, col0 = (p * heads + h) * hd;
+    const int width = parts * heads * hd;
+    const int n = min(WARP, seq - s0) * hd;  // halves of this tile, contiguous in src
+    const __half* src = (p == 0 ? src0 : p == 1 ? src1 : src2);
+    src += ((long long)bh * seq + s0) * hd;
+    for (int i = 8 * threadIdx.x; i < WARP * hd; i += 8 * blockDim.x) {
+        const int s = i / hd, d = i - s * hd;
+        Half8 v;
+        if (i < n) {
+            v = *reinterpret_cast<const Half8*>(src + i);
+            const long long at = (long long)(b * seq + s0 + s) * width + col0 + d;
+            if (y) *reinterpret_cast<Half8*>(y + at) = v;
+        } else {
+            for (int k = 0; k < 4; k++) v.h[k] = __floats2half2_rn(0.f, 0.f);  // sums 0
+        }
+        for (int k = 0; k < 4; k++)
+            *reinterpret_cast<__half2*>(&tile[s][d + 2 * k]) = v.h[k];
+    }
+    if (!yt && !colsum) return;  // uniform: the barrier is met by all threads or none
+    __syncthreads();
+    if (yt) {
+        const long long rows = (long long)batch * seq;
+        for (int i = threadIdx.x; i < WARP * hd; i += blockDim.x) {
+            const int d = i / WARP, s = i % WARP;  // lane s: 32 positions of yt's row
+            if (s0 + s < seq) yt[(col0 + d) * rows + b * seq + s0 + s] = tile[s][d];
+        }
+    }
+    if (colsum) {
+        for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+            float acc = 0.f;
+            for (int s = 0; s < WARP; s++) acc += __half2float(tile[s][d]);  // in order
+            const long long part = (long long)b * gridDim.x + blockIdx.x;
+            colsum[part * width + col0 + d] = acc;
+        }
     }
 }
 

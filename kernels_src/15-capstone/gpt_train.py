@@ -23,10 +23,11 @@ Kernels (every one loaded by path from kernels_src/, none copied):
   15-capstone/flash_attn_bwd_*.cu        attention backward (attention_backward.py)
   07-fusion/fused_rows.cu                LayerNorm forward and backward (fp32)
   03-elementwise/bias_gelu.cu            bias + GELU;  08-profiling/bias_gelu_backward.cu its backward
-  09-training/softmax_cross_entropy.cu   loss and dlogits;  bias_grad.cu;  adamw.cu
+  09-training/softmax_cross_entropy.cu   loss and dlogits;  adamw.cu
   15-capstone/gpt_ops.cu                 embeddings (forward, deterministic backward), fp16 casts with
-                                         the transposes the weight gradients need, residual adds, head
-                                         split/merge, gradient norm and clipping
+                                         the transposes the weight gradients need and the bias
+                                         gradients (column sums of the cast's tiles), residual adds,
+                                         head split/merge, gradient norm and clipping
 Every GEMM is A B with row-major operands: a weight gradient X^T dY reads the transposed fp16 copy of X that
 the forward's cast wrote, and dX = dY W^T reads the fp16 W^T written next to W after each optimizer step.
 
@@ -145,8 +146,8 @@ def token_segments(tokens: np.ndarray, vocab: int) -> tuple[np.ndarray, np.ndarr
 def kernels() -> dict[str, Any]:
     """Every kernel of the step, each compiled once."""
     ops = {n: cudl.load(OPS, n) for n in ("embedding_forward", "embedding_backward", "position_backward",
-                                           "cast_transpose", "residual_add", "split_heads", "merge_heads",
-                                           "block_sum", "grad_unscale_clip")}
+                                           "cast_transpose", "bias_grad_reduce", "residual_add", "split_heads",
+                                           "merge_heads", "block_sum", "grad_unscale_clip")}
     return ops | {
         "gemm": cudl.load(GEMM, "hgemm_3_cp_async"),
         "ln_fwd": cudl.load("07-fusion/fused_rows.cu", "layernorm_forward<float>"),
@@ -155,7 +156,6 @@ def kernels() -> dict[str, Any]:
         "gelu_fwd": cudl.load("03-elementwise/bias_gelu.cu", "bias_gelu_forward<float>"),
         "gelu_bwd": cudl.load("08-profiling/bias_gelu_backward.cu", "bias_gelu_backward<float>"),
         "xent": cudl.load("09-training/softmax_cross_entropy.cu", "softmax_cross_entropy"),
-        "bias_grad": cudl.load("09-training/bias_grad.cu", "bias_grad"),
         "adamw": cudl.load("09-training/adamw.cu", "adamw_step"),
     }
 
@@ -242,6 +242,9 @@ class Model:
         # 3 MB at GPT-2's 528 x 768, 2% of the 150 MB that the backward moves).
         self.ln_parts = min(4 * self.sms, T)
         self.ln_dw, self.ln_db = f32(self.ln_parts, C), f32(self.ln_parts, C)
+        # per-tile column sums of a gradient (cast_transpose's or merge_heads'), for bias_grad_reduce
+        self.bias_parts = max(cdiv(T, 32), batch * cdiv(S, 32))
+        self.bias_buf = f32(self.bias_parts, 3 * C)
         self.norm_parts = 2 * self.sms
         self.norm_buf, self.norm_sq = f32(self.norm_parts), f32(1)
 
@@ -289,11 +292,23 @@ class Model:
                                                   c.reshape(M, N), options=GEMM5_OPTIONS)
         run()
 
-    def cast(self, x: Any, y: Any, yt: Any, rows: int, cols: int, scale: float = 1.0) -> None:
-        self.k["cast_transpose"]((cdiv(cols, 32), cdiv(rows, 32)), (32, 8), (x, y, yt, rows, cols, scale))
+    @staticmethod
+    def row_block(units: int) -> int:
+        """Threads of a one-row-per-block kernel: `units` rounded up to a warp, at most 1024."""
+        return min(1024, cdiv(units, 32) * 32)
+
+    def cast(self, x: Any, y: Any, yt: Any, rows: int, cols: int, scale: float = 1.0, bias: str = "") -> None:
+        """y = fp16(scale x) (and yt = y^T); with `bias`, that parameter's gradient = the column sums of x."""
+        colsum = self.bias_buf if bias else None
+        self.k["cast_transpose"]((cdiv(cols, 64), cdiv(rows, 32)), (32, 8), (x, y, yt, colsum, rows, cols, scale))
+        if bias:
+            self.bias_reduce(cdiv(rows, 32), cols, bias)
+
+    def bias_reduce(self, parts: int, cols: int, name: str) -> None:
+        self.k["bias_grad_reduce"]((cdiv(cols, 32),), (32, 32), (self.bias_buf, parts, cols, self.view(self.g, name)))
 
     def residual(self, out: Any, x: Any, y: Any, bias: Any, rows: int, cols: int) -> None:
-        self.k["residual_add"]((self.grid(rows * cols),), 256, (out, x, y, bias, rows, cols))
+        self.k["residual_add"]((rows,), self.row_block(cols // 4), (out, x, y, bias, rows, cols))
 
     def layernorm(self, x: Any, name: str, out: Any, mean: Any, rstd: Any) -> None:
         T, C = x.shape
@@ -308,15 +323,21 @@ class Model:
         self.k["ln_reduce"]((cdiv(C, 32),), (32, 32), (self.ln_dw, self.ln_db, self.view(self.g, name + "_w"),
                                                      self.view(self.g, name + "_b"), self.ln_parts, C))
 
-    def bias_grad(self, dy: Any, name: str) -> None:
-        T, C = dy.shape
-        self.k["bias_grad"]((cdiv(C, 32),), (32, 8), (dy, self.view(self.g, name), T, C))
+    def split(self, rows: Any, parts: int, a: Any, b: Any = None, c: Any = None, bias: Any = None) -> None:
+        """fp32 rows [T, parts C] (+ bias) -> `parts` fp16 head arrays [batch heads, seq, hd]."""
+        cfg = self.cfg
+        self.k["split_heads"]((self.batch * cfg.seq,), self.row_block(parts * cfg.d // 8),
+                              (rows, bias, a, b, c, self.batch, cfg.seq, cfg.heads, cfg.hd, parts))
 
-    def heads(self, kernel: str, rows: Any, parts: int, a: Any, b: Any = None, c: Any = None,
-              bias: Any = None) -> None:
-        cfg, n = self.cfg, rows.size
-        args = (rows, bias, a, b, c) if kernel == "split_heads" else (a, b, c, rows)
-        self.k[kernel]((self.grid(n),), 256, (*args, self.batch, cfg.seq, cfg.heads, cfg.hd, parts))
+    def merge(self, parts: int, a: Any, b: Any, c: Any, y: Any, yt: Any = None, bias: str = "") -> None:
+        """fp16 heads -> fp16 rows y [T, parts C] (and yt = y^T); with `bias`, that parameter's gradient = the
+        column sums of y."""
+        cfg = self.cfg
+        colsum = self.bias_buf if bias else None
+        self.k["merge_heads"]((cdiv(cfg.seq, 32), self.batch * cfg.heads, parts), 256,
+                              (a, b, c, y, yt, colsum, self.batch, cfg.seq, cfg.heads, cfg.hd, parts))
+        if bias:
+            self.bias_reduce(self.batch * cdiv(cfg.seq, 32), parts * cfg.d, bias)
 
     # ------------------------------------------------------------------ the step
     def load_batch(self, tokens: np.ndarray, targets: np.ndarray) -> None:
@@ -343,10 +364,9 @@ class Model:
             qkv32 = self.part(self.w32, T, 3 * C)
             self.gemm(self.h1[i], self.w16[f"{i}.qkv_w"], qkv32, T, 3 * C, C)
             q, kk, v = self.qkv[i]
-            self.heads("split_heads", qkv32, 3, q, kk, v, bias=self.view(p, f"{i}.qkv_b"))
+            self.split(qkv32, 3, q, kk, v, bias=self.view(p, f"{i}.qkv_b"))
             ch12.flash_launch(self.attn_fwd, q, kk, v, self.o[i], self.lse[i], True)
-            self.heads("merge_heads", self.x32, 1, self.o[i])
-            self.cast(self.x32, self.orow[i], self.orowt[i], T, C)
+            self.merge(1, self.o[i], None, None, self.orow[i], self.orowt[i])
             self.gemm(self.orow[i], self.w16[f"{i}.proj_w"], y32, T, C, C)
             self.residual(self.mid[i], self.res[i], y32, self.view(p, f"{i}.proj_b"), T, C)
             self.layernorm(self.mid[i], f"{i}.ln2", self.x32, mean2, rstd2)
@@ -376,9 +396,8 @@ class Model:
         for i in reversed(range(cfg.layers)):
             mean1, rstd1, mean2, rstd2 = self.stats[i]
             # MLP half: res[i + 1] = mid + fc2(gelu(fc(ln2(mid))))
-            self.cast(self.dres, g16, None, T, C)
+            self.cast(self.dres, g16, None, T, C, bias=f"{i}.fc2_b")
             self.gemm(self.a16t[i], g16, self.view(g, f"{i}.fc2_w"), 4 * C, C, T)
-            self.bias_grad(self.dres, f"{i}.fc2_b")
             self.gemm(g16, self.wt16[f"{i}.fc2_w"], self.w32, T, 4 * C, C)
             k["gelu_bwd"]((cdiv(4 * C, 256), cdiv(T, 32)), 256,
                           (self.w32, self.fc[i], self.view(p, f"{i}.fc_b"), self.w32b,
@@ -389,19 +408,15 @@ class Model:
             self.layernorm_backward(self.d32, self.mid[i], f"{i}.ln2", mean2, rstd2, self.x32)
             self.residual(self.dres, self.dres, self.x32, None, T, C)
             # attention half: mid = res[i] + proj(attention(ln1(res[i])))
-            self.cast(self.dres, g16, None, T, C)
+            self.cast(self.dres, g16, None, T, C, bias=f"{i}.proj_b")
             self.gemm(self.orowt[i], g16, self.view(g, f"{i}.proj_w"), C, C, T)
-            self.bias_grad(self.dres, f"{i}.proj_b")
             self.gemm(g16, self.wt16[f"{i}.proj_w"], self.d32, T, C, C)
-            self.heads("split_heads", self.d32, 1, self.do16)
+            self.split(self.d32, 1, self.do16)
             q, kk, v = self.qkv[i]
             dq, dk, dv = ab.backward(q, kk, v, self.o[i], self.lse[i], self.do16, True, out=self.bwd_out,
                                      kernel=self.attn_bwd)
-            qkv32 = self.part(self.w32, T, 3 * C)
-            self.heads("merge_heads", qkv32, 3, dq, dk, dv)
-            self.bias_grad(qkv32, f"{i}.qkv_b")
             d16 = self.part(self.d16, T, 3 * C)
-            self.cast(qkv32, d16, None, T, 3 * C)
+            self.merge(3, dq, dk, dv, d16, bias=f"{i}.qkv_b")  # fp16 rows and the qkv bias gradient
             self.gemm(self.h1t[i], d16, self.view(g, f"{i}.qkv_w"), C, 3 * C, T)
             self.gemm(d16, self.wt16[f"{i}.qkv_w"], self.d32, T, C, 3 * C)
             self.layernorm_backward(self.d32, self.res[i], f"{i}.ln1", mean1, rstd1, self.x32)

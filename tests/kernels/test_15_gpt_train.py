@@ -80,11 +80,11 @@ def position_backward(k, rng):
 
 
 def residual_add(k, rng):
-    rows, cols = 9, 37
+    rows, cols = 9, 148  # one row per block; 37 float4 per row on 32 threads: the row loop runs twice
     x, y = rng.standard_normal((rows, cols), np.float32), rng.standard_normal((rows, cols), np.float32)
     b = rng.standard_normal(cols, np.float32)
     out = cudl.poisoned((rows, cols))
-    k((2,), 256, (out, dev(x), dev(y), dev(b), rows, cols))
+    k((rows,), 32, (out, dev(x), dev(y), dev(b), rows, cols))
     ref = x.astype(np.float64) + y + b
     return host(out), ref, 2 * U32 * (np.abs(x) + np.abs(y) + np.abs(b))
 
@@ -113,9 +113,18 @@ def grad_unscale_clip(k, rng):
     return got, ref, 8 * U32 * np.abs(ref)  # sqrt, divide, min, multiply: a few roundings of the factor
 
 
+def bias_grad_reduce(k, rng):
+    parts, cols = 70, 37  # more parts than the 32 lanes (each lane adds 2 or 3), a partial block of columns
+    part = rng.standard_normal((parts, cols), np.float32)
+    out = cudl.poisoned(cols)
+    k((2,), (32, 32), (dev(part), parts, cols, out))
+    p = part.astype(np.float64)
+    return host(out), p.sum(axis=0), parts * U32 * np.abs(p).sum(axis=0)
+
+
 CASES = {"embedding_forward": embedding_forward, "embedding_backward": embedding_backward,
          "position_backward": position_backward, "residual_add": residual_add, "block_sum": block_sum,
-         "grad_unscale_clip": grad_unscale_clip}
+         "grad_unscale_clip": grad_unscale_clip, "bias_grad_reduce": bias_grad_reduce}
 
 
 def failures(name: str, source: str | None = None) -> str | None:
@@ -150,51 +159,98 @@ def test_embedding_backward_is_deterministic():
     assert np.array_equal(outs[0], outs[1])
 
 
-def cast_case(source: str | None = None, both: bool = True) -> str | None:
-    """cast_transpose on 45 x 77 (partial tiles both ways): y = fp16(scale x) exactly, yt = y^T."""
+def column_sums(part, parts: int, cols: int):
+    """bias_grad_reduce of the first `parts` rows of a per-tile column-sum buffer."""
+    out = cudl.poisoned(cols)
+    load("bias_grad_reduce")((gt.cdiv(cols, 32),), (32, 32), (part, parts, cols, out))
+    return host(out)
+
+
+def sums_failure(what: str, got, terms: np.ndarray) -> str | None:
+    """got against the float64 column sums of `terms`, within (rows + 32 lanes) u32 times the sum of the
+    magnitudes (each sum adds at most that many fp32 terms in turn)."""
+    t = terms.astype(np.float64)
+    err, bound = np.abs(got - t.sum(axis=0)), (len(t) + 32) * U32 * np.abs(t).sum(axis=0)
+    if not (err <= bound).all():
+        i = int(np.argmax(~(err <= bound)))
+        return f"{what}: column {i} {got[i]!r}, float64 {t[:, i].sum()!r}"
+    return None
+
+
+def cast_case(source: str | None = None, both: bool = True, cols: int = 77) -> str | None:
+    """cast_transpose on 45 x cols (partial tiles both ways; odd cols: the one-column path): y = fp16(scale x)
+    exactly, yt = y^T, and the per-tile column sums, reduced, the column sums of scale x."""
     rng = np.random.default_rng()
-    rows, cols, scale = 45, 77, 3.0
+    rows, scale = 45, 3.0
     x = rng.standard_normal((rows, cols), np.float32)
     y, yt = cudl.poisoned((rows, cols), np.float16), cudl.poisoned((cols, rows), np.float16)
-    load("cast_transpose", source)((3, 2), (32, 8), (dev(x), y, yt if both else None, rows, cols, scale))
-    ref = (np.float32(scale) * x).astype(np.float16)
+    part = cudl.poisoned((2, cols))
+    load("cast_transpose", source)((gt.cdiv(cols, 64), 2), (32, 8),
+                                   (dev(x), y, yt if both else None, part, rows, cols, scale))
+    v = np.float32(scale) * x
+    ref = v.astype(np.float16)
     if not np.array_equal(host(y), ref):
         return "y differs from fp16(scale x)"
     if both and not np.array_equal(host(yt), ref.T):
         return "yt differs from the transpose of fp16(scale x)"
     if not both and not np.isnan(host(yt)).all():
         return "yt written though null"
-    return None
+    return sums_failure("cast_transpose column sums", column_sums(part, 2, cols), v)
 
 
 @pytest.mark.parametrize("both", [True, False], ids=["with-transpose", "no-transpose"])
-def test_cast_transpose(both):
-    msg = cast_case(both=both)
+@pytest.mark.parametrize("cols", [77, 130])
+def test_cast_transpose(both, cols):
+    msg = cast_case(both=both, cols=cols)
     assert msg is None, msg
 
 
-def heads_case(source: str | None = None) -> str | None:
-    """split_heads with bias (3 parts) into fp16 [B H, S, hd], exact, and merge_heads back, exact."""
+def test_bias_sums_are_deterministic():
+    """cast_transpose's column sums and their reduce, twice on the same input: the same bits."""
     rng = np.random.default_rng()
-    batch, seq, heads, hd = 2, 5, 3, 8
+    rows, cols = 300, 96
+    x, y = dev(rng.standard_normal((rows, cols), np.float32)), cudl.poisoned((rows, cols), np.float16)
+    outs = []
+    for _ in range(2):
+        part = cudl.poisoned((gt.cdiv(rows, 32), cols))
+        load("cast_transpose")((2, gt.cdiv(rows, 32)), (32, 8), (x, y, None, part, rows, cols, 1.0))
+        outs.append(column_sums(part, gt.cdiv(rows, 32), cols))
+    assert np.array_equal(outs[0], outs[1])
+
+
+HEADS_SHAPES = [(2, 37, 3, 8), (1, 40, 2, 64)]  # batch, seq, heads, hd: seq not a multiple of the 32-tile
+
+
+def heads_case(source: str | None = None, shape: tuple[int, int, int, int] = HEADS_SHAPES[0]) -> str | None:
+    """split_heads with bias (3 parts) into fp16 [B H, S, hd], exact (8-thread blocks: the row loop runs),
+    and merge_heads back to fp16 rows, exact, with the transposed copy and the column sums."""
+    rng = np.random.default_rng()
+    batch, seq, heads, hd = shape
     C, rows = heads * hd, batch * seq
     src = rng.standard_normal((rows, 3 * C), np.float32)
     bias = rng.standard_normal(3 * C, np.float32)
     outs = [cudl.poisoned((batch * heads, seq, hd), np.float16) for _ in range(3)]
-    load("split_heads", source)((2,), 256, (dev(src), dev(bias), *outs, batch, seq, heads, hd, 3))
-    ref = (src + bias).astype(np.float16).reshape(batch, seq, 3, heads, hd).transpose(2, 0, 3, 1, 4)
+    load("split_heads", source)((rows,), 8, (dev(src), dev(bias), *outs, batch, seq, heads, hd, 3))
+    rows16 = (src + bias).astype(np.float16)
+    ref = rows16.reshape(batch, seq, 3, heads, hd).transpose(2, 0, 3, 1, 4)
     for p in range(3):
         if not np.array_equal(host(outs[p]), ref[p].reshape(batch * heads, seq, hd)):
             return f"split_heads: part {p} differs"
-    back = cudl.poisoned((rows, 3 * C))
-    load("merge_heads", source)((2,), 256, (*outs, back, batch, seq, heads, hd, 3))
-    if not np.array_equal(host(back), (src + bias).astype(np.float16).astype(np.float32)):
+    tiles = batch * gt.cdiv(seq, 32)
+    y, yt, part = (cudl.poisoned((rows, 3 * C), np.float16), cudl.poisoned((3 * C, rows), np.float16),
+                   cudl.poisoned((tiles, 3 * C)))
+    load("merge_heads", source)((gt.cdiv(seq, 32), batch * heads, 3), 256,
+                                (*outs, y, yt, part, batch, seq, heads, hd, 3))
+    if not np.array_equal(host(y), rows16):
         return "merge_heads does not invert split_heads"
-    return None
+    if not np.array_equal(host(yt), rows16.T):
+        return "merge_heads: yt differs from the transpose"
+    return sums_failure("merge_heads column sums", column_sums(part, tiles, 3 * C), rows16)
 
 
-def test_split_and_merge_heads():
-    msg = heads_case()
+@pytest.mark.parametrize("shape", HEADS_SHAPES, ids=["hd8", "hd64"])
+def test_split_and_merge_heads(shape):
+    msg = heads_case(shape=shape)
     assert msg is None, msg
 
 
@@ -205,17 +261,25 @@ MUTANTS = {
                                                        "dwte[(long long)v * C + c] = acc;", "k"),
     "embedding_backward: last row of a token lost": ("i < end; i++", "i < end - 1; i++", "k"),
     "position_backward: last sequence lost": ("b < batch; b++", "b < batch - 1; b++", "k"),
-    "residual_add: bias left out": ("(bias ? bias[i % cols] : 0.f)", "0.f", "k"),
+    "residual_add: bias left out": ("if (bias) {\n            const float4 e",
+                                    "if (!bias) {\n            const float4 e", "k"),
     "block_sum: squares left out": ("square ? x[i] * x[i] : x[i]", "x[i]", "k"),
     "grad_unscale_clip: never clips": ("fminf(1.f, max_norm", "fmaxf(1.f, max_norm", "k"),
-    "cast_transpose: tile read unflipped": ("__float2half_rn(tile[threadIdx.x][i])",
-                                            "__float2half_rn(tile[i][threadIdx.x])", "cast"),
-    "cast_transpose: no barrier": ("    __syncthreads();\n    for (int i = threadIdx.y", "    for (int i = threadIdx.y",
-                                   "cast-race"),
-    "split_heads: heads swapped with rows": ("h = col % C / hd, d = col % hd;\n        const long long b = r / seq, "
-                                             "s = r % seq;\n        __half*",
-                                             "h = col % C / hd, d = col % hd;\n        const long long b = r % seq, "
-                                             "s = r / seq;\n        __half*", "heads"),
+    "bias_grad_reduce: last lane left out": ("k < WARP; k++) s += sums", "k < WARP - 1; k++) s += sums", "k"),
+    "cast_transpose: second column's value lost": ("tile[i][2 * threadIdx.x + 1] = b;",
+                                                   "tile[i][2 * threadIdx.x + 1] = a;", "cast"),
+    "cast_transpose: no barrier": ("    __syncthreads();\n    if (yt) {\n#pragma unroll",
+                                   "    if (yt) {\n#pragma unroll", "cast-race"),
+    "cast_transpose: last tile row left out of the sums": ("i < TILE_ROWS; i++) acc += tile[i][j]",
+                                                           "i < TILE_ROWS - 1; i++) acc += tile[i][j]", "cast"),
+    "split_heads: heads swapped with rows": ("r = blockIdx.x, b = r / seq, s = r - b * seq;",
+                                             "r = blockIdx.x, s = r / seq, b = r - s * seq;", "heads"),
+    "merge_heads: part 2 read from part 1": ("(p == 0 ? src0 : p == 1 ? src1 : src2);",
+                                             "(p == 0 ? src0 : p == 1 ? src1 : src1);", "heads"),
+    "merge_heads: yt of the first sequence only": ("rows + b * seq + s0 + s] = tile[s][d]",
+                                                   "rows + s0 + s] = tile[s][d]", "heads"),
+    "merge_heads: last position left out of the sums": ("s < WARP; s++) acc +=", "s < WARP - 1; s++) acc +=",
+                                                        "heads"),
 }
 KERNEL_OF = {m: m.split(":")[0] for m in MUTANTS}
 
