@@ -22,6 +22,9 @@
 //                        straight to fp16 rows (the next GEMM's operand), with the
 //                        transposed copy and the column sums (the qkv bias gradient)
 //                        on request, so no fp32 copy is written and read back
+//   layernorm_backward_add  chapter 7's LayerNorm backward with one float4 of a row per
+//                        thread (fewer registers: more rows in flight) that adds the
+//                        result to the residual stream's gradient in the same pass
 //   block_sum            per-block sums (of squares) in a fixed order: a deterministic
 //                        gradient norm in two launches
 //   grad_unscale_clip    g *= min(1, max_norm / (||g|| + 1e-6)) / loss_scale, reading
@@ -35,8 +38,10 @@
 // (32, 8), grid (ceil(cols / 64), ceil(rows / 32)); bias_grad_reduce block (32, 32),
 // grid (ceil(cols / 32)); residual_add and split_heads one block per row (grid rows,
 // block: a multiple of 32 covering cols / 4, resp. parts C / 8, up to 1024);
-// merge_heads block (256), grid (ceil(seq / 32), batch heads, parts); embedding_backward
-// block (128), grid (vocab); block_sum block (256).
+// merge_heads block (256), grid (ceil(seq / 32), batch heads, parts);
+// layernorm_backward_add block: a multiple of 32 covering cols / 4, any grid (the number
+// of dw, db partials); embedding_backward block (128), grid (vocab); block_sum block
+// (256).
 
 #include <cuda_fp16.h>
 
@@ -278,6 +283,72 @@ extern "C" __global__ void merge_heads(const __half* __restrict__ src0,
             const long long part = (long long)b * gridDim.x + blockIdx.x;
             colsum[part * width + col0 + d] = acc;
         }
+    }
+}
+
+// LayerNorm backward, fused_rows.cu's layernorm_backward (chapter 7) narrowed and fused
+// for the residual stream: dx = acc + LN'(dy), where acc (may be dx itself, or null) is
+// the gradient that the residual connection carries past the LayerNorm, so no separate
+// residual_add pass writes and rereads the LayerNorm's output. With xhat = (x - mean)
+// rstd and g = w dy: LN'(dy) = rstd (g - mean(g) - xhat mean(g xhat)); dw_part, db_part
+// [gridDim.x, cols] get this block's sums of dy xhat and dy (fused_rows'
+// layernorm_backward_reduce adds them in a fixed order). Why a variant: chapter 7's
+// kernel keeps 16 values per thread of 5 rows (125 registers, 4 blocks of 128 threads
+// per SM); here a thread owns one float4 of columns (cols <= 4 blockDim.x), 20 values.
+extern "C" __global__ void layernorm_backward_add(
+    const float* __restrict__ dy, const float* __restrict__ x,
+    const float* __restrict__ w, const float* __restrict__ mean,
+    const float* __restrict__ rstd, const float* acc, float* dx,
+    float* __restrict__ dw_part, float* __restrict__ db_part, int rows, int cols) {
+    __shared__ float scratch[2][WARP];  // two sums per row share each pair of barriers
+    const int c = 4 * threadIdx.x, lane = threadIdx.x % WARP, warp = threadIdx.x / WARP;
+    const bool on = c < cols;  // cols a multiple of 4: a thread's 4 columns all in or out
+    const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
+    const float4 wv = on ? *reinterpret_cast<const float4*>(w + c) : zero;
+    float4 dw = zero, db = zero;
+    for (int row = blockIdx.x; row < rows; row += gridDim.x) {
+        const long long at = (long long)row * cols + c;
+        const float4 xv = on ? *reinterpret_cast<const float4*>(x + at) : zero;
+        const float4 d = on ? *reinterpret_cast<const float4*>(dy + at) : zero;
+        const float mu = mean[row], r = rstd[row];
+        const float4 xh = make_float4((xv.x - mu) * r, (xv.y - mu) * r, (xv.z - mu) * r,
+                                      (xv.w - mu) * r);
+        db = make_float4(db.x + d.x, db.y + d.y, db.z + d.z, db.w + d.w);
+        dw = make_float4(dw.x + d.x * xh.x, dw.y + d.y * xh.y, dw.z + d.z * xh.z,
+                         dw.w + d.w * xh.w);
+        const float4 g = make_float4(wv.x * d.x, wv.y * d.y, wv.z * d.z, wv.w * d.w);
+        float sg = g.x + g.y + g.z + g.w;  // padding threads add 0 (g = 0)
+        float sgx = g.x * xh.x + g.y * xh.y + g.z * xh.z + g.w * xh.w;
+        for (int o = WARP / 2; o > 0; o /= 2) {
+            sg += __shfl_xor_sync(0xffffffffu, sg, o);
+            sgx += __shfl_xor_sync(0xffffffffu, sgx, o);
+        }
+        __syncthreads();  // the previous row's reads of scratch are done
+        if (lane == 0) {
+            scratch[0][warp] = sg;
+            scratch[1][warp] = sgx;
+        }
+        __syncthreads();
+        const bool has = lane < (blockDim.x + WARP - 1) / WARP;
+        float mg = has ? scratch[0][lane] : 0.f, mgx = has ? scratch[1][lane] : 0.f;
+        for (int o = WARP / 2; o > 0; o /= 2) {
+            mg += __shfl_xor_sync(0xffffffffu, mg, o);
+            mgx += __shfl_xor_sync(0xffffffffu, mgx, o);
+        }
+        mg /= cols;
+        mgx /= cols;
+        if (!on) continue;
+        float4 o = make_float4(r * (g.x - mg - xh.x * mgx), r * (g.y - mg - xh.y * mgx),
+                               r * (g.z - mg - xh.z * mgx), r * (g.w - mg - xh.w * mgx));
+        if (acc) {
+            const float4 a = *reinterpret_cast<const float4*>(acc + at);
+            o = make_float4(o.x + a.x, o.y + a.y, o.z + a.z, o.w + a.w);
+        }
+        *reinterpret_cast<float4*>(dx + at) = o;
+    }
+    if (on) {
+        *reinterpret_cast<float4*>(dw_part + (long long)blockIdx.x * cols + c) = dw;
+        *reinterpret_cast<float4*>(db_part + (long long)blockIdx.x * cols + c) = db;
     }
 }
 

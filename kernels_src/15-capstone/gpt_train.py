@@ -21,7 +21,9 @@ Kernels (every one loaded by path from kernels_src/, none copied):
                                          else kernel 3 (cp.async, any GPU and the emulator)
   12-flash-attention/flash_attn_2_mma.cu causal attention forward, O and the logsumexp
   15-capstone/flash_attn_bwd_*.cu        attention backward (attention_backward.py)
-  07-fusion/fused_rows.cu                LayerNorm forward and backward (fp32)
+  07-fusion/fused_rows.cu                LayerNorm forward and the backward's dw, db reduce (fp32);
+                                         the backward itself is gpt_ops' variant (fewer registers, the
+                                         residual gradient added in the same pass)
   03-elementwise/bias_gelu.cu            bias + GELU;  08-profiling/bias_gelu_backward.cu its backward
   09-training/softmax_cross_entropy.cu   loss and dlogits;  adamw.cu
   15-capstone/gpt_ops.cu                 embeddings (forward, deterministic backward), fp16 casts with
@@ -89,6 +91,8 @@ def check_config(cfg: Config, batch: int) -> None:
     """The shapes the kernels take: head dimension 64 or 128, GEMM sizes multiples of 128."""
     if cfg.d % cfg.heads or cfg.hd not in (64, 128):
         raise ValueError(f"head dimension {cfg.d}/{cfg.heads} must be 64 or 128 (the attention kernels)")
+    if cfg.d > 16 * LN_THREADS:  # fused_rows' forward holds a row in 16 values per thread
+        raise ValueError(f"d = {cfg.d} above {16 * LN_THREADS} (LayerNorm forward on {LN_THREADS} threads)")
     for name, n in (("d", cfg.d), ("vocab", cfg.vocab), ("batch x seq", batch * cfg.seq)):
         if n % GEMM_TILE:
             raise ValueError(f"{name} = {n} must be a multiple of {GEMM_TILE} (hgemm_3's tiles)")
@@ -151,7 +155,7 @@ def kernels() -> dict[str, Any]:
     return ops | {
         "gemm": cudl.load(GEMM, "hgemm_3_cp_async"),
         "ln_fwd": cudl.load("07-fusion/fused_rows.cu", "layernorm_forward<float>"),
-        "ln_bwd": cudl.load("07-fusion/fused_rows.cu", "layernorm_backward<float>"),
+        "ln_bwd": cudl.load(OPS, "layernorm_backward_add"),
         "ln_reduce": cudl.load("07-fusion/fused_rows.cu", "layernorm_backward_reduce<float>"),
         "gelu_fwd": cudl.load("03-elementwise/bias_gelu.cu", "bias_gelu_forward<float>"),
         "gelu_bwd": cudl.load("08-profiling/bias_gelu_backward.cu", "bias_gelu_backward<float>"),
@@ -236,11 +240,10 @@ class Model:
         self.dres = f32(T, C)  # the gradient of the residual stream
         self.do16 = f16(*heads)
         self.bwd_out = (f32(*heads), f32(batch * H, S), *(f16(*heads) for _ in range(3)))
-        # fused_rows' backward uses 125 registers (ptxas, sm_90): 4 blocks of 128 threads per SM, each walking
-        # its rows one at a time; one block per SM (the kernel's "one wave") left 4 warps per SM with one 6 KB
-        # row in flight. 4 per SM fill the register file; each writes its dw, db partials ([parts, C] fp32,
-        # 3 MB at GPT-2's 528 x 768, 2% of the 150 MB that the backward moves).
-        self.ln_parts = min(4 * self.sms, T)
+        # layernorm_backward_add: 43 registers (ptxas, sm_90), so 7 blocks of C / 4 = 192 threads fit an SM;
+        # 6 per SM is one wave with 6 x 192 x 32 B = 37 KB of x and dy in flight per SM. Each block writes its
+        # dw, db partials: [parts, C] fp32, 4.9 MB at GPT-2's 792 x 768, 2% of the 200 MB a call moves.
+        self.ln_parts = min(6 * self.sms, T)
         self.ln_dw, self.ln_db = f32(self.ln_parts, C), f32(self.ln_parts, C)
         # per-tile column sums of a gradient (cast_transpose's or merge_heads'), for bias_grad_reduce
         self.bias_parts = max(cdiv(T, 32), batch * cdiv(S, 32))
@@ -315,10 +318,13 @@ class Model:
         self.k["ln_fwd"]((T,), LN_THREADS, (x, self.view(self.p, name + "_w"), self.view(self.p, name + "_b"),
                                             out, mean, rstd, T, C, LN_EPS))
 
-    def layernorm_backward(self, dy: Any, x: Any, name: str, mean: Any, rstd: Any, dx: Any) -> None:
+    def layernorm_backward(self, dy: Any, x: Any, name: str, mean: Any, rstd: Any, dx: Any,
+                           add: bool = False) -> None:
+        """dx = LayerNorm's input gradient (add: dx += it, the residual stream's gradient); its w, b gradients."""
         T, C = x.shape
-        self.k["ln_bwd"]((self.ln_parts,), LN_THREADS, (dy, x, self.view(self.p, name + "_w"), mean, rstd, dx,
-                                                        self.ln_dw, self.ln_db, T, C))
+        self.k["ln_bwd"]((self.ln_parts,), self.row_block(C // 4),
+                         (dy, x, self.view(self.p, name + "_w"), mean, rstd, dx if add else None, dx,
+                          self.ln_dw, self.ln_db, T, C))
         # 32 lanes of parts per column (the kernel's shared sums hold 32): 17 loads per thread, not 66
         self.k["ln_reduce"]((cdiv(C, 32),), (32, 32), (self.ln_dw, self.ln_db, self.view(self.g, name + "_w"),
                                                      self.view(self.g, name + "_b"), self.ln_parts, C))
@@ -405,8 +411,7 @@ class Model:
             self.cast(self.w32b, self.d16, None, T, 4 * C)
             self.gemm(self.h2t[i], self.d16, self.view(g, f"{i}.fc_w"), C, 4 * C, T)
             self.gemm(self.d16, self.wt16[f"{i}.fc_w"], self.d32, T, C, 4 * C)
-            self.layernorm_backward(self.d32, self.mid[i], f"{i}.ln2", mean2, rstd2, self.x32)
-            self.residual(self.dres, self.dres, self.x32, None, T, C)
+            self.layernorm_backward(self.d32, self.mid[i], f"{i}.ln2", mean2, rstd2, self.dres, add=True)
             # attention half: mid = res[i] + proj(attention(ln1(res[i])))
             self.cast(self.dres, g16, None, T, C, bias=f"{i}.proj_b")
             self.gemm(self.orowt[i], g16, self.view(g, f"{i}.proj_w"), C, C, T)
@@ -419,8 +424,7 @@ class Model:
             self.merge(3, dq, dk, dv, d16, bias=f"{i}.qkv_b")  # fp16 rows and the qkv bias gradient
             self.gemm(self.h1t[i], d16, self.view(g, f"{i}.qkv_w"), C, 3 * C, T)
             self.gemm(d16, self.wt16[f"{i}.qkv_w"], self.d32, T, C, 3 * C)
-            self.layernorm_backward(self.d32, self.res[i], f"{i}.ln1", mean1, rstd1, self.x32)
-            self.residual(self.dres, self.dres, self.x32, None, T, C)
+            self.layernorm_backward(self.d32, self.res[i], f"{i}.ln1", mean1, rstd1, self.dres, add=True)
         k["embedding_backward"]((V,), 128, (self.dres, self.order, self.starts, self.view(g, "wte"), C))
         k["position_backward"]((self.grid(cfg.seq * C),), 256,
                                (self.dres, self.view(g, "wpe"), self.batch, cfg.seq, C))

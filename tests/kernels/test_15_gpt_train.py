@@ -122,9 +122,40 @@ def bias_grad_reduce(k, rng):
     return host(out), p.sum(axis=0), parts * U32 * np.abs(p).sum(axis=0)
 
 
+def layernorm_backward_add(k, rng):
+    """dx = acc + LayerNorm's input gradient on 13 rows x 44 columns (11 float4 on a 32-thread block) in 3
+    parts (the row loop runs), dw and db from the partials through fused_rows' reduce; all against float64."""
+    rows, cols, parts = 13, 44, 3
+    x, dy, acc = (rng.standard_normal((rows, cols), np.float32) for _ in range(3))
+    w = rng.standard_normal(cols, np.float32)
+    x64 = x.astype(np.float64)
+    mean = x64.mean(axis=1).astype(np.float32)
+    rstd = (1 / np.sqrt(x64.var(axis=1) + gt.LN_EPS)).astype(np.float32)
+    dx, dw_part, db_part = cudl.poisoned((rows, cols)), cudl.poisoned((parts, cols)), cudl.poisoned((parts, cols))
+    dx[...] = dev(acc)  # in place: dx += LayerNorm's gradient
+    k((parts,), 32, (dev(dy), dev(x), dev(w), dev(mean), dev(rstd), dx, dx, dw_part, db_part, rows, cols))
+    dw, db = cudl.poisoned(cols), cudl.poisoned(cols)
+    cudl.load("07-fusion/fused_rows.cu", "layernorm_backward_reduce<float>")(
+        (2,), (32, 8), (dw_part, db_part, dw, db, parts, cols))
+    mu, r, d = mean.astype(np.float64)[:, None], rstd.astype(np.float64)[:, None], dy.astype(np.float64)
+    xh, g = (x64 - mu) * r, d * w
+    mg, mgx = g.mean(axis=1, keepdims=True), (g * xh).mean(axis=1, keepdims=True)
+    ln = r * (g - mg - xh * mgx)
+    # each sum adds cols (dx) or rows + parts (dw, db) fp32 terms; xhat and g are a few roundings each
+    bound_dx = (cols + 8) * U32 * r * (np.abs(g) + np.abs(g).mean(axis=1, keepdims=True)
+                                       + np.abs(xh) * np.abs(g * xh).mean(axis=1, keepdims=True))
+    bound_dx += 2 * U32 * (np.abs(acc) + np.abs(ln))
+    got = np.concatenate([host(dx).ravel(), host(dw), host(db)])
+    ref = np.concatenate([(acc + ln).ravel(), (d * xh).sum(axis=0), d.sum(axis=0)])
+    bound = np.concatenate([bound_dx.ravel(), (rows + parts + 8) * U32 * np.abs(d * xh).sum(axis=0),
+                            (rows + parts) * U32 * np.abs(d).sum(axis=0)])
+    return got, ref, bound
+
+
 CASES = {"embedding_forward": embedding_forward, "embedding_backward": embedding_backward,
          "position_backward": position_backward, "residual_add": residual_add, "block_sum": block_sum,
-         "grad_unscale_clip": grad_unscale_clip, "bias_grad_reduce": bias_grad_reduce}
+         "grad_unscale_clip": grad_unscale_clip, "bias_grad_reduce": bias_grad_reduce,
+         "layernorm_backward_add": layernorm_backward_add}
 
 
 def failures(name: str, source: str | None = None) -> str | None:
@@ -266,6 +297,11 @@ MUTANTS = {
     "block_sum: squares left out": ("square ? x[i] * x[i] : x[i]", "x[i]", "k"),
     "grad_unscale_clip: never clips": ("fminf(1.f, max_norm", "fmaxf(1.f, max_norm", "k"),
     "bias_grad_reduce: last lane left out": ("k < WARP; k++) s += sums", "k < WARP - 1; k++) s += sums", "k"),
+    "layernorm_backward_add: residual gradient not added": ("if (acc) {", "if (!acc) {", "k"),
+    "layernorm_backward_add: mean(g xhat) term dropped": ("r * (g.w - mg - xh.w * mgx)", "r * (g.w - mg)", "k"),
+    "layernorm_backward_add: db partial misses a row": ("db = make_float4(db.x + d.x",
+                                                        "if (row + gridDim.x < rows) db = make_float4(db.x + d.x",
+                                                        "k"),
     "cast_transpose: second column's value lost": ("tile[i][2 * threadIdx.x + 1] = b;",
                                                    "tile[i][2 * threadIdx.x + 1] = a;", "cast"),
     "cast_transpose: no barrier": ("    __syncthreads();\n    if (yt) {\n#pragma unroll",
