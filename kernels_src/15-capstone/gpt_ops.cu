@@ -13,7 +13,10 @@
 //   cast_transpose       y = half(scale x) and yt = its transpose, through a 32 x 64
 //                        tile of shared memory so that reads and writes both coalesce;
 //                        with colsum, also the tile's column sums: a bias gradient
-//                        (db = sum of dY's rows) costs no pass of its own over dY
+//                        (db = sum of dY's rows) costs no pass of its own over dY. The
+//                        MLP's bias + GELU (chapter 3's gelu_erf) and its backward
+//                        (chapter 8's gelu_erf_grad) run as the cast's epilogue: the
+//                        activation and its gradient are never stored in fp32
 //   bias_grad_reduce     db[c] = sum of those per-tile sums, in a fixed order: no
 //                        atomics, the same bits at every run
 //   residual_add         out = x + y (+ bias): the residual stream, a projection's bias
@@ -44,6 +47,9 @@
 // (256).
 
 #include <cuda_fp16.h>
+
+#include "03-elementwise/bias_gelu.cu"           // gelu_erf, chapter 3's GELU
+#include "08-profiling/bias_gelu_backward.cu"  // gelu_erf_grad, its derivative
 
 #define WARP 32
 // cast_transpose: a tile of 32 rows x 64 columns on (32, 8) threads, each thread two
@@ -100,43 +106,67 @@ extern "C" __global__ void position_backward(const float* __restrict__ dx,
     }
 }
 
-// x [rows, cols] fp32 -> y = half(scale x) [rows, cols] and yt its transpose [cols,
-// rows] (either may be null); colsum (if not null) [ceil(rows / 32), cols] gets the sum
-// of scale x over each tile's 32 rows, for bias_grad_reduce.
-extern "C" __global__ void cast_transpose(const float* __restrict__ x,
-                                          __half* __restrict__ y, __half* __restrict__ yt,
-                                          float* __restrict__ colsum, int rows, int cols,
+// The two columns c, c + 1 of row r of a [rows, cols] matrix (0 outside it); 8 bytes
+// in one load when cols is even (then both are in or both out).
+__device__ __forceinline__ float2 load_pair(const float* __restrict__ p, int r, int c,
+                                            int rows, int cols) {
+    const long long at = (long long)r * cols + c;
+    float2 v = make_float2(0.f, 0.f);
+    if (r < rows && cols % 2 == 0 && c < cols) {
+        v = *reinterpret_cast<const float2*>(p + at);
+    } else if (r < rows) {
+        if (c < cols) v.x = p[at];
+        if (c + 1 < cols) v.y = p[at + 1];
+    }
+    return v;
+}
+
+// The value the cast writes: scale x, or with bias (the MLP's), scale gelu(x + bias),
+// or with pre (the activation's input) too, its gradient scale x gelu'(pre + bias).
+__device__ __forceinline__ float epilogue(float x, float pre, float bias, int kind,
                                           float scale) {
+    if (kind == 1) return scale * gelu_erf(x + bias);
+    if (kind == 2) return scale * x * gelu_erf_grad(pre + bias);
+    return scale * x;
+}
+
+// x [rows, cols] fp32 -> y = half(v) [rows, cols] and yt its transpose [cols, rows]
+// (either may be null), v = epilogue(x): bias and pre may be null. colsum (if not null)
+// [ceil(rows / 32), cols] gets the sum of v over each tile's 32 rows (bias_grad_reduce).
+// 40 registers (ptxas, sm_90): 6 blocks per SM, 48 KB of x in flight per SM
+extern "C" __global__ void
+cast_transpose(const float* __restrict__ x, const float* __restrict__ pre,
+               const float* __restrict__ bias, __half* __restrict__ y,
+               __half* __restrict__ yt, float* __restrict__ colsum, int rows, int cols,
+               float scale) {
     __shared__ float tile[TILE_ROWS][TILE_COLS + 1];  // + 1: column reads hit 32 banks
     const int c0 = blockIdx.x * TILE_COLS, r0 = blockIdx.y * TILE_ROWS;
     const int c = c0 + 2 * threadIdx.x;  // this thread's two adjacent columns
-    const bool pairs = cols % 2 == 0;    // then c, c + 1 both in or both out
-    float2 v[TILE_ROWS / ROW_STEP];
-#pragma unroll  // every load issued before the first use: 4 x 8 bytes in flight
+    const int kind = !bias ? 0 : !pre ? 1 : 2;  // uniform over the grid
+    const float2 b = kind ? load_pair(bias, 0, c, 1, cols) : make_float2(0.f, 0.f);
+    float2 v[TILE_ROWS / ROW_STEP], u[TILE_ROWS / ROW_STEP];
+#pragma unroll  // every load issued before the first use: 4 (8) x 8 bytes in flight
     for (int k = 0; k < TILE_ROWS / ROW_STEP; k++) {
         const int r = r0 + threadIdx.y + k * ROW_STEP;
-        const long long at = (long long)r * cols + c;
-        v[k] = make_float2(0.f, 0.f);  // outside the matrix: 0 (adds nothing to colsum)
-        if (r < rows && pairs && c < cols) {
-            v[k] = *reinterpret_cast<const float2*>(x + at);
-        } else if (r < rows) {
-            if (c < cols) v[k].x = x[at];
-            if (c + 1 < cols) v[k].y = x[at + 1];
-        }
+        v[k] = load_pair(x, r, c, rows, cols);
+        u[k] = kind == 2 ? load_pair(pre, r, c, rows, cols) : make_float2(0.f, 0.f);
     }
 #pragma unroll
     for (int k = 0; k < TILE_ROWS / ROW_STEP; k++) {
         const int i = threadIdx.y + k * ROW_STEP, r = r0 + i;
-        const float a = scale * v[k].x, b = scale * v[k].y;
-        tile[i][2 * threadIdx.x] = a;
-        tile[i][2 * threadIdx.x + 1] = b;
-        if (!y || r >= rows) continue;
+        const bool in0 = r < rows && c < cols, in1 = r < rows && c + 1 < cols;
+        // outside the matrix: 0, which adds nothing to colsum (gelu(0 + bias) would)
+        const float v0 = in0 ? epilogue(v[k].x, u[k].x, b.x, kind, scale) : 0.f;
+        const float v1 = in1 ? epilogue(v[k].y, u[k].y, b.y, kind, scale) : 0.f;
+        tile[i][2 * threadIdx.x] = v0;
+        tile[i][2 * threadIdx.x + 1] = v1;
+        if (!y) continue;
         const long long at = (long long)r * cols + c;
-        if (pairs && c < cols) {
-            *reinterpret_cast<__half2*>(y + at) = __floats2half2_rn(a, b);
+        if (cols % 2 == 0 && in0) {
+            *reinterpret_cast<__half2*>(y + at) = __floats2half2_rn(v0, v1);
         } else {
-            if (c < cols) y[at] = __float2half_rn(a);
-            if (c + 1 < cols) y[at + 1] = __float2half_rn(b);
+            if (in0) y[at] = __float2half_rn(v0);
+            if (in1) y[at + 1] = __float2half_rn(v1);
         }
     }
     if (!yt && !colsum) return;  // uniform: the barrier is met by all threads or none

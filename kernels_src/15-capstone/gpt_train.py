@@ -24,7 +24,9 @@ Kernels (every one loaded by path from kernels_src/, none copied):
   07-fusion/fused_rows.cu                LayerNorm forward and the backward's dw, db reduce (fp32);
                                          the backward itself is gpt_ops' variant (fewer registers, the
                                          residual gradient added in the same pass)
-  03-elementwise/bias_gelu.cu            bias + GELU;  08-profiling/bias_gelu_backward.cu its backward
+  03-elementwise/bias_gelu.cu            GELU (gelu_erf) and 08-profiling/bias_gelu_backward.cu its
+                                         derivative, included by gpt_ops.cu: the MLP's bias + GELU and
+                                         its backward run inside the fp16 casts that follow them
   09-training/softmax_cross_entropy.cu   loss and dlogits;  adamw.cu
   15-capstone/gpt_ops.cu                 embeddings (forward, deterministic backward), fp16 casts with
                                          the transposes the weight gradients need and the bias
@@ -157,8 +159,6 @@ def kernels() -> dict[str, Any]:
         "ln_fwd": cudl.load("07-fusion/fused_rows.cu", "layernorm_forward<float>"),
         "ln_bwd": cudl.load(OPS, "layernorm_backward_add"),
         "ln_reduce": cudl.load("07-fusion/fused_rows.cu", "layernorm_backward_reduce<float>"),
-        "gelu_fwd": cudl.load("03-elementwise/bias_gelu.cu", "bias_gelu_forward<float>"),
-        "gelu_bwd": cudl.load("08-profiling/bias_gelu_backward.cu", "bias_gelu_backward<float>"),
         "xent": cudl.load("09-training/softmax_cross_entropy.cu", "softmax_cross_entropy"),
         "adamw": cudl.load("09-training/adamw.cu", "adamw_step"),
     }
@@ -234,7 +234,7 @@ class Model:
         self.logits, self.dlogits, self.losses = f32(T, cfg.vocab), f32(T, cfg.vocab), f32(T)
         self.dl16, self.dl16t = f16(T, cfg.vocab), f16(cfg.vocab, T)
         # scratch, reused by every layer
-        self.w32, self.w32b = f32(T, 4 * C), f32(T, 4 * C)  # GEMM outputs and temporaries up to 4C wide
+        self.w32 = f32(T, 4 * C)  # GEMM outputs up to 4C wide
         self.x32, self.d32 = f32(T, C), f32(T, C)
         self.d16 = f16(T, 4 * C)
         self.dres = f32(T, C)  # the gradient of the residual stream
@@ -247,7 +247,7 @@ class Model:
         self.ln_dw, self.ln_db = f32(self.ln_parts, C), f32(self.ln_parts, C)
         # per-tile column sums of a gradient (cast_transpose's or merge_heads'), for bias_grad_reduce
         self.bias_parts = max(cdiv(T, 32), batch * cdiv(S, 32))
-        self.bias_buf = f32(self.bias_parts, 3 * C)
+        self.bias_buf = f32(self.bias_parts, 4 * C)  # up to fc_b, 4C wide
         self.norm_parts = 2 * self.sms
         self.norm_buf, self.norm_sq = f32(self.norm_parts), f32(1)
 
@@ -300,12 +300,15 @@ class Model:
         """Threads of a one-row-per-block kernel: `units` rounded up to a warp, at most 1024."""
         return min(1024, cdiv(units, 32) * 32)
 
-    def cast(self, x: Any, y: Any, yt: Any, rows: int, cols: int, scale: float = 1.0, bias: str = "") -> None:
-        """y = fp16(scale x) (and yt = y^T); with `bias`, that parameter's gradient = the column sums of x."""
-        colsum = self.bias_buf if bias else None
-        self.k["cast_transpose"]((cdiv(cols, 64), cdiv(rows, 32)), (32, 8), (x, y, yt, colsum, rows, cols, scale))
-        if bias:
-            self.bias_reduce(cdiv(rows, 32), cols, bias)
+    def cast(self, x: Any, y: Any, yt: Any, rows: int, cols: int, scale: float = 1.0, db: str = "",
+             gelu_bias: Any = None, pre: Any = None) -> None:
+        """y = fp16(v) (and yt = y^T), v = scale x, or scale gelu(x + gelu_bias), or with pre too scale x
+        gelu'(pre + gelu_bias); with `db`, that parameter's gradient = the column sums of v."""
+        colsum = self.bias_buf if db else None
+        self.k["cast_transpose"]((cdiv(cols, 64), cdiv(rows, 32)), (32, 8),
+                                 (x, pre, gelu_bias, y, yt, colsum, rows, cols, scale))
+        if db:
+            self.bias_reduce(cdiv(rows, 32), cols, db)
 
     def bias_reduce(self, parts: int, cols: int, name: str) -> None:
         self.k["bias_grad_reduce"]((cdiv(cols, 32),), (32, 32), (self.bias_buf, parts, cols, self.view(self.g, name)))
@@ -378,8 +381,8 @@ class Model:
             self.layernorm(self.mid[i], f"{i}.ln2", self.x32, mean2, rstd2)
             self.cast(self.x32, self.h2[i], self.h2t[i], T, C)
             self.gemm(self.h2[i], self.w16[f"{i}.fc_w"], self.fc[i], T, 4 * C, C)
-            k["gelu_fwd"]((min(T, 32 * self.sms),), 256, (self.fc[i], self.view(p, f"{i}.fc_b"), self.w32, T, 4 * C))
-            self.cast(self.w32, self.a16[i], self.a16t[i], T, 4 * C)
+            # a = gelu(fc + fc_b), straight to fp16 (and transposed): fc2's operands
+            self.cast(self.fc[i], self.a16[i], self.a16t[i], T, 4 * C, gelu_bias=self.view(p, f"{i}.fc_b"))
             self.gemm(self.a16[i], self.w16[f"{i}.fc2_w"], self.d32, T, C, 4 * C)
             self.residual(self.res[i + 1], self.mid[i], self.d32, self.view(p, f"{i}.fc2_b"), T, C)
         meanf, rstdf = self.stats[cfg.layers][:2]
@@ -392,7 +395,7 @@ class Model:
         """Loss-scaled gradients of the mean loss into self.g (every slot written; fc_b and wte added to)."""
         cfg, k, p, g = self.cfg, self.k, self.p, self.g
         T, C, V = self.batch * cfg.seq, cfg.d, cfg.vocab
-        g[...] = 0  # fc_b (bias_gelu_backward's atomics) and wte (head, then embedding) add into theirs
+        g[...] = 0  # wte (the head's dW, then the embedding backward) adds into its slot
         self.cast(self.dlogits, self.dl16, self.dl16t, T, V, self.scale)
         self.gemm(self.dl16t, self.hf, self.view(g, "wte"), V, C, T)  # the tied head's dW = dlogits^T hf
         self.gemm(self.dl16, self.w16["wte"], self.d32, T, C, V)
@@ -402,18 +405,17 @@ class Model:
         for i in reversed(range(cfg.layers)):
             mean1, rstd1, mean2, rstd2 = self.stats[i]
             # MLP half: res[i + 1] = mid + fc2(gelu(fc(ln2(mid))))
-            self.cast(self.dres, g16, None, T, C, bias=f"{i}.fc2_b")
+            self.cast(self.dres, g16, None, T, C, db=f"{i}.fc2_b")
             self.gemm(self.a16t[i], g16, self.view(g, f"{i}.fc2_w"), 4 * C, C, T)
             self.gemm(g16, self.wt16[f"{i}.fc2_w"], self.w32, T, 4 * C, C)
-            k["gelu_bwd"]((cdiv(4 * C, 256), cdiv(T, 32)), 256,
-                          (self.w32, self.fc[i], self.view(p, f"{i}.fc_b"), self.w32b,
-                           self.view(g, f"{i}.fc_b"), T, 4 * C, 32))
-            self.cast(self.w32b, self.d16, None, T, 4 * C)
+            # dfc = da gelu'(fc + fc_b) in fp16 for the GEMMs, its column sums fc_b's gradient
+            self.cast(self.w32, self.d16, None, T, 4 * C, db=f"{i}.fc_b", gelu_bias=self.view(p, f"{i}.fc_b"),
+                      pre=self.fc[i])
             self.gemm(self.h2t[i], self.d16, self.view(g, f"{i}.fc_w"), C, 4 * C, T)
             self.gemm(self.d16, self.wt16[f"{i}.fc_w"], self.d32, T, C, 4 * C)
             self.layernorm_backward(self.d32, self.mid[i], f"{i}.ln2", mean2, rstd2, self.dres, add=True)
             # attention half: mid = res[i] + proj(attention(ln1(res[i])))
-            self.cast(self.dres, g16, None, T, C, bias=f"{i}.proj_b")
+            self.cast(self.dres, g16, None, T, C, db=f"{i}.proj_b")
             self.gemm(self.orowt[i], g16, self.view(g, f"{i}.proj_w"), C, C, T)
             self.gemm(g16, self.wt16[f"{i}.proj_w"], self.d32, T, C, C)
             self.split(self.d32, 1, self.do16)

@@ -197,42 +197,61 @@ def column_sums(part, parts: int, cols: int):
     return host(out)
 
 
-def sums_failure(what: str, got, terms: np.ndarray) -> str | None:
+def sums_failure(what: str, got, terms: np.ndarray, slack: np.ndarray | float = 0.0) -> str | None:
     """got against the float64 column sums of `terms`, within (rows + 32 lanes) u32 times the sum of the
-    magnitudes (each sum adds at most that many fp32 terms in turn)."""
+    magnitudes (each sum adds at most that many fp32 terms in turn), plus `slack` per column (the terms' own
+    fp32 error)."""
     t = terms.astype(np.float64)
-    err, bound = np.abs(got - t.sum(axis=0)), (len(t) + 32) * U32 * np.abs(t).sum(axis=0)
+    err, bound = np.abs(got - t.sum(axis=0)), (len(t) + 32) * U32 * np.abs(t).sum(axis=0) + slack
     if not (err <= bound).all():
         i = int(np.argmax(~(err <= bound)))
         return f"{what}: column {i} {got[i]!r}, float64 {t[:, i].sum()!r}"
     return None
 
 
-def cast_case(source: str | None = None, both: bool = True, cols: int = 77) -> str | None:
-    """cast_transpose on 45 x cols (partial tiles both ways; odd cols: the one-column path): y = fp16(scale x)
-    exactly, yt = y^T, and the per-tile column sums, reduced, the column sums of scale x."""
+ERF = np.vectorize(__import__("math").erf)
+
+
+def cast_case(source: str | None = None, both: bool = True, cols: int = 77, kind: str = "plain") -> str | None:
+    """cast_transpose on 45 x cols (partial tiles both ways; odd cols: the one-column path) with its epilogue
+    (kind: plain v = scale x, gelu v = scale gelu(x + b), grad v = scale x gelu'(pre + b)): y = fp16(v), yt =
+    y^T, and the per-tile column sums of v, reduced. Plain: exact. GELU: v's fp32 error (erf, exp and a few
+    roundings: 16 u32 of its terms) plus fp16's half ulp."""
     rng = np.random.default_rng()
     rows, scale = 45, 3.0
-    x = rng.standard_normal((rows, cols), np.float32)
+    x, pre = (rng.standard_normal((rows, cols), np.float32) for _ in range(2))
+    b = rng.standard_normal(cols, np.float32)
     y, yt = cudl.poisoned((rows, cols), np.float16), cudl.poisoned((cols, rows), np.float16)
     part = cudl.poisoned((2, cols))
+    args = {"plain": (None, None), "gelu": (None, dev(b)), "grad": (dev(pre), dev(b))}[kind]
     load("cast_transpose", source)((gt.cdiv(cols, 64), 2), (32, 8),
-                                   (dev(x), y, yt if both else None, part, rows, cols, scale))
-    v = np.float32(scale) * x
-    ref = v.astype(np.float16)
-    if not np.array_equal(host(y), ref):
-        return "y differs from fp16(scale x)"
-    if both and not np.array_equal(host(yt), ref.T):
-        return "yt differs from the transpose of fp16(scale x)"
+                                   (dev(x), *args, y, yt if both else None, part, rows, cols, scale))
+    x64, s64 = x.astype(np.float64), np.float64(scale)
+    if kind == "plain":
+        v, err32 = (np.float32(scale) * x).astype(np.float64), 0.0  # exactly the fp32 product
+    elif kind == "gelu":
+        u = x64 + b
+        v, err32 = s64 * 0.5 * u * (1 + ERF(u / np.sqrt(2))), 16 * U32 * s64 * (np.abs(x64) + np.abs(b))
+    else:
+        u = pre.astype(np.float64) + b
+        cdf, pdf = 0.5 * (1 + ERF(u / np.sqrt(2))), np.exp(-0.5 * u * u) / np.sqrt(2 * np.pi)
+        v = s64 * x64 * (cdf + u * pdf)
+        err32 = 16 * U32 * s64 * np.abs(x64) * (cdf + np.abs(u) * pdf + np.abs(u))
+    got = host(y).astype(np.float64)
+    if not (np.abs(got - v) <= 2.0**-11 * (np.abs(v) + err32) + 2.0**-25 + err32).all():
+        return "y differs from fp16(v)"
+    if both and not np.array_equal(host(yt), host(y).T):
+        return "yt differs from the transpose of y"
     if not both and not np.isnan(host(yt)).all():
         return "yt written though null"
-    return sums_failure("cast_transpose column sums", column_sums(part, 2, cols), v)
+    return sums_failure("cast_transpose column sums", column_sums(part, 2, cols), v,
+                        np.sum(err32 * np.ones_like(v), axis=0))
 
 
-@pytest.mark.parametrize("both", [True, False], ids=["with-transpose", "no-transpose"])
-@pytest.mark.parametrize("cols", [77, 130])
-def test_cast_transpose(both, cols):
-    msg = cast_case(both=both, cols=cols)
+@pytest.mark.parametrize(("kind", "both", "cols"), [("plain", True, 77), ("plain", False, 77), ("plain", True, 130),
+                                                    ("plain", False, 130), ("gelu", True, 77), ("grad", False, 130)])
+def test_cast_transpose(kind, both, cols):
+    msg = cast_case(both=both, cols=cols, kind=kind)
     assert msg is None, msg
 
 
@@ -244,7 +263,7 @@ def test_bias_sums_are_deterministic():
     outs = []
     for _ in range(2):
         part = cudl.poisoned((gt.cdiv(rows, 32), cols))
-        load("cast_transpose")((2, gt.cdiv(rows, 32)), (32, 8), (x, y, None, part, rows, cols, 1.0))
+        load("cast_transpose")((2, gt.cdiv(rows, 32)), (32, 8), (x, None, None, y, None, part, rows, cols, 1.0))
         outs.append(column_sums(part, gt.cdiv(rows, 32), cols))
     assert np.array_equal(outs[0], outs[1])
 
@@ -302,12 +321,18 @@ MUTANTS = {
     "layernorm_backward_add: db partial misses a row": ("db = make_float4(db.x + d.x",
                                                         "if (row + gridDim.x < rows) db = make_float4(db.x + d.x",
                                                         "k"),
-    "cast_transpose: second column's value lost": ("tile[i][2 * threadIdx.x + 1] = b;",
-                                                   "tile[i][2 * threadIdx.x + 1] = a;", "cast"),
+    "cast_transpose: second column's value lost": ("tile[i][2 * threadIdx.x + 1] = v1;",
+                                                   "tile[i][2 * threadIdx.x + 1] = v0;", "cast"),
     "cast_transpose: no barrier": ("    __syncthreads();\n    if (yt) {\n#pragma unroll",
                                    "    if (yt) {\n#pragma unroll", "cast-race"),
     "cast_transpose: last tile row left out of the sums": ("i < TILE_ROWS; i++) acc += tile[i][j]",
                                                            "i < TILE_ROWS - 1; i++) acc += tile[i][j]", "cast"),
+    "cast_transpose: GELU's bias left out": ("gelu_erf(x + bias)", "gelu_erf(x)", "cast-gelu"),
+    "cast_transpose: GELU's derivative at x, not at pre": ("gelu_erf_grad(pre + bias)", "gelu_erf_grad(x + bias)",
+                                                           "cast-grad"),
+    "cast_transpose: padding of a GELU tile not zeroed": (
+        "const float v1 = in1 ? epilogue(v[k].y, u[k].y, b.y, kind, scale) : 0.f;",
+        "const float v1 = epilogue(v[k].y, u[k].y, b.y, kind, scale);", "cast-gelu"),
     "split_heads: heads swapped with rows": ("r = blockIdx.x, b = r / seq, s = r - b * seq;",
                                              "r = blockIdx.x, s = r / seq, b = r - s * seq;", "heads"),
     "merge_heads: part 2 read from part 1": ("(p == 0 ? src0 : p == 1 ? src1 : src2);",
@@ -328,7 +353,7 @@ def test_check_fails_on_mutants(mutant, mutated_kernel):
         if check == "k":
             msg = failures(KERNEL_OF[mutant], src)
         elif check.startswith("cast"):
-            msg = cast_case(src)
+            msg = cast_case(src, kind={"cast-gelu": "gelu", "cast-grad": "grad"}.get(check, "plain"))
         else:
             msg = heads_case(src)
     except cudl.KernelFault as fault:  # the race check stops the launch
