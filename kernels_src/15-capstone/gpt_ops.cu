@@ -19,12 +19,13 @@
 //                        activation and its gradient are never stored in fp32
 //   bias_grad_reduce     db[c] = sum of those per-tile sums, in a fixed order: no
 //                        atomics, the same bits at every run
-//   residual_add         out = x + y (+ bias): the residual stream, a projection's bias
 //   split_heads          [rows, parts C] fp32 (+ bias) -> `parts` fp16 [B H, seq, hd],
 //                        the layout of the attention kernels; merge_heads is the inverse
 //                        straight to fp16 rows (the next GEMM's operand), with the
 //                        transposed copy and the column sums (the qkv bias gradient)
 //                        on request, so no fp32 copy is written and read back
+//   residual_layernorm   residual add + LayerNorm forward + fp16 cast (and its
+//                        transpose) in one pass: the stream is read once per LayerNorm
 //   layernorm_backward_add  chapter 7's LayerNorm backward with one float4 of a row per
 //                        thread (fewer registers: more rows in flight) that adds the
 //                        result to the residual stream's gradient in the same pass
@@ -39,12 +40,13 @@
 // per element made the old split_heads compute-bound, at about a fifth of the bandwidth).
 // Launch: grid-stride kernels take block (256) and any grid; cast_transpose block
 // (32, 8), grid (ceil(cols / 64), ceil(rows / 32)); bias_grad_reduce block (32, 32),
-// grid (ceil(cols / 32)); residual_add and split_heads one block per row (grid rows,
-// block: a multiple of 32 covering cols / 4, resp. parts C / 8, up to 1024);
+// grid (ceil(cols / 32)); split_heads one block per row (grid rows, block: a multiple
+// of 32 covering parts C / 8, up to 1024);
 // merge_heads block (256), grid (ceil(seq / 32), batch heads, parts);
-// layernorm_backward_add block: a multiple of 32 covering cols / 4, any grid (the number
-// of dw, db partials); embedding_backward block (128), grid (vocab); block_sum block
-// (256).
+// residual_layernorm block (128), grid (ceil(rows / 16)), 16 (cols + 2) x 2 bytes of
+// dynamic shared memory; layernorm_backward_add block: a multiple of 32 covering
+// cols / 4, any grid (the number of dw, db partials); embedding_backward block (128),
+// grid (vocab); block_sum block (256).
 
 #include <cuda_fp16.h>
 
@@ -58,6 +60,8 @@
 #define TILE_COLS 64
 #define ROW_STEP 8  // = blockDim.y
 #define MAX_HD 128  // merge_heads: the attention kernels' largest head dimension
+#define LN_ROWS 16  // residual_layernorm: rows per block (16 x 1024 fp16 fit 48 KB)
+#define LN_VEC 8    // and float4 per lane: rows of up to 8 x 4 x 32 = 1024 columns
 
 __device__ __forceinline__ long long first_index() {
     return (long long)blockIdx.x * blockDim.x + threadIdx.x;
@@ -208,25 +212,6 @@ extern "C" __global__ void bias_grad_reduce(const float* __restrict__ part, int 
     }
 }
 
-// out = x + y (+ bias), one row per block, 4 columns per thread; out may be x (in place),
-// bias may be null; cols a multiple of 4 (16-byte rows)
-extern "C" __global__ void residual_add(float* out, const float* x,
-                                        const float* __restrict__ y,
-                                        const float* __restrict__ bias, int rows,
-                                        int cols) {
-    const long long at = (long long)blockIdx.x * cols;
-    for (int q = threadIdx.x; q < cols / 4; q += blockDim.x) {
-        const float4 a = reinterpret_cast<const float4*>(x + at)[q];
-        const float4 b = reinterpret_cast<const float4*>(y + at)[q];
-        float4 o = make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
-        if (bias) {
-            const float4 e = reinterpret_cast<const float4*>(bias)[q];
-            o = make_float4(o.x + e.x, o.y + e.y, o.z + e.z, o.w + e.w);
-        }
-        reinterpret_cast<float4*>(out + at)[q] = o;
-    }
-}
-
 struct alignas(16) Half8 {  // 8 halves: one 16-byte load or store
     __half2 h[4];
 };
@@ -316,10 +301,91 @@ extern "C" __global__ void merge_heads(const __half* __restrict__ src0,
     }
 }
 
+// LayerNorm forward fused with the residual add before it and the fp16 cast after it:
+// v = x + y + bias (y, bias may be null: v = x), written to res when y is given; then
+// h = half(LN(v) w + b) and, if not null, ht = h^T [cols, rows]; mean, rstd per row as
+// fused_rows' layernorm_forward. Residual + LayerNorm + cast were 3 passes over the
+// stream (151 + 100 + 100 MB at T = 16384, C = 768); here 200 MB in one. A warp owns a
+// row (32 lanes x LN_VEC float4: cols a multiple of 128, up to 1024), so its statistics
+// need no block barrier; a block of 4 warps does 16 rows and transposes them through
+// shared memory (dynamic: 16 (cols + 2) halves), a warp writing 2 rows of ht, 32 bytes
+// each. Launch: block (128), grid (ceil(rows / 16)).
+extern "C" __global__ void residual_layernorm(
+    const float* __restrict__ x, const float* __restrict__ y,
+    const float* __restrict__ bias, float* __restrict__ res, const float* __restrict__ w,
+    const float* __restrict__ b, __half* __restrict__ h, __half* __restrict__ ht,
+    float* __restrict__ mean, float* __restrict__ rstd, int rows, int cols, float eps) {
+    extern __shared__ __half rows16[];  // [LN_ROWS][cols + 2] (+ 2: no bank conflicts)
+    const int lane = threadIdx.x % WARP, warp = threadIdx.x / WARP, n = cols / (4 * WARP);
+    const int stride = cols + 2, r0 = blockIdx.x * LN_ROWS;
+    for (int i = warp; i < LN_ROWS; i += blockDim.x / WARP) {
+        const int r = r0 + i;
+        if (r >= rows) break;  // warp-uniform; the barrier below is outside this loop
+        const long long at = (long long)r * cols;
+        float4 v[LN_VEC];
+        float sum = 0.f;
+#pragma unroll
+        for (int k = 0; k < LN_VEC; k++) {
+            if (k >= n) break;
+            const int q = k * WARP + lane;  // float4 q of the row: a warp reads 512 bytes
+            v[k] = reinterpret_cast<const float4*>(x + at)[q];
+            if (y) {
+                const float4 a = reinterpret_cast<const float4*>(y + at)[q];
+                v[k] = make_float4(v[k].x + a.x, v[k].y + a.y, v[k].z + a.z,
+                                   v[k].w + a.w);
+                if (bias) {
+                    const float4 e = reinterpret_cast<const float4*>(bias)[q];
+                    v[k] = make_float4(v[k].x + e.x, v[k].y + e.y, v[k].z + e.z,
+                                       v[k].w + e.w);
+                }
+                reinterpret_cast<float4*>(res + at)[q] = v[k];
+            }
+            sum += v[k].x + v[k].y + v[k].z + v[k].w;
+        }
+        for (int o = WARP / 2; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        const float mu = sum / cols;
+        float sq = 0.f;  // two passes over registers, as fused_rows
+#pragma unroll
+        for (int k = 0; k < LN_VEC; k++) {
+            if (k >= n) break;
+            const float4 d =
+                make_float4(v[k].x - mu, v[k].y - mu, v[k].z - mu, v[k].w - mu);
+            sq += d.x * d.x + d.y * d.y + d.z * d.z + d.w * d.w;
+        }
+        for (int o = WARP / 2; o > 0; o /= 2) sq += __shfl_xor_sync(0xffffffffu, sq, o);
+        const float rs = rsqrtf(sq / cols + eps);
+        if (lane == 0) {
+            mean[r] = mu;
+            rstd[r] = rs;
+        }
+#pragma unroll
+        for (int k = 0; k < LN_VEC; k++) {
+            if (k >= n) break;
+            const int q = k * WARP + lane;
+            const float4 wq = reinterpret_cast<const float4*>(w)[q];
+            const float4 bq = reinterpret_cast<const float4*>(b)[q];
+            const __half2 lo = __floats2half2_rn((v[k].x - mu) * rs * wq.x + bq.x,
+                                                 (v[k].y - mu) * rs * wq.y + bq.y);
+            const __half2 hi = __floats2half2_rn((v[k].z - mu) * rs * wq.z + bq.z,
+                                                 (v[k].w - mu) * rs * wq.w + bq.w);
+            *reinterpret_cast<__half2*>(h + at + 4 * q) = lo;
+            *reinterpret_cast<__half2*>(h + at + 4 * q + 2) = hi;
+            *reinterpret_cast<__half2*>(rows16 + i * stride + 4 * q) = lo;
+            *reinterpret_cast<__half2*>(rows16 + i * stride + 4 * q + 2) = hi;
+        }
+    }
+    if (!ht) return;  // uniform: the barrier is met by all threads or none
+    __syncthreads();
+    // thread t: row t % 16 of the tile, columns t / 16, t / 16 + 8, ...
+    const int i = threadIdx.x % LN_ROWS, r = r0 + i;
+    for (int c = threadIdx.x / LN_ROWS; c < cols; c += blockDim.x / LN_ROWS)
+        if (r < rows) ht[(long long)c * rows + r] = rows16[i * stride + c];
+}
+
 // LayerNorm backward, fused_rows.cu's layernorm_backward (chapter 7) narrowed and fused
 // for the residual stream: dx = acc + LN'(dy), where acc (may be dx itself, or null) is
 // the gradient that the residual connection carries past the LayerNorm, so no separate
-// residual_add pass writes and rereads the LayerNorm's output. With xhat = (x - mean)
+// add pass writes and rereads the LayerNorm's output. With xhat = (x - mean)
 // rstd and g = w dy: LN'(dy) = rstd (g - mean(g) - xhat mean(g xhat)); dw_part, db_part
 // [gridDim.x, cols] get this block's sums of dy xhat and dy (fused_rows'
 // layernorm_backward_reduce adds them in a fixed order). Why a variant: chapter 7's

@@ -21,16 +21,17 @@ Kernels (every one loaded by path from kernels_src/, none copied):
                                          else kernel 3 (cp.async, any GPU and the emulator)
   12-flash-attention/flash_attn_2_mma.cu causal attention forward, O and the logsumexp
   15-capstone/flash_attn_bwd_*.cu        attention backward (attention_backward.py)
-  07-fusion/fused_rows.cu                LayerNorm forward and the backward's dw, db reduce (fp32);
-                                         the backward itself is gpt_ops' variant (fewer registers, the
-                                         residual gradient added in the same pass)
+  07-fusion/fused_rows.cu                the LayerNorm backward's dw, db reduce; the LayerNorm forward and
+                                         backward themselves are gpt_ops' variants of chapter 7's, fused
+                                         with the residual add and the fp16 cast (forward) and with the
+                                         residual gradient's add (backward)
   03-elementwise/bias_gelu.cu            GELU (gelu_erf) and 08-profiling/bias_gelu_backward.cu its
                                          derivative, included by gpt_ops.cu: the MLP's bias + GELU and
                                          its backward run inside the fp16 casts that follow them
   09-training/softmax_cross_entropy.cu   loss and dlogits;  adamw.cu
   15-capstone/gpt_ops.cu                 embeddings (forward, deterministic backward), fp16 casts with
                                          the transposes the weight gradients need and the bias
-                                         gradients (column sums of the cast's tiles), residual adds,
+                                         gradients (column sums of the cast's tiles), the fused LayerNorms,
                                          head split/merge, gradient norm and clipping
 Every GEMM is A B with row-major operands: a weight gradient X^T dY reads the transposed fp16 copy of X that
 the forward's cast wrote, and dX = dY W^T reads the fp16 W^T written next to W after each optimizer step.
@@ -67,7 +68,7 @@ GEMM_TILE = 128  # hgemm_3: M and N multiples of 128 (BN = 128), K of 32
 GEMM_SMEM = 3 * (128 + 128) * 32 * 2  # STAGES x (BM + BN) x BK halves
 GEMM5_OPTIONS = ("-DSTAGES=3",)  # chapter 11's best ring depth on the H100 and the H200
 LN_EPS = 1e-5
-LN_THREADS = 128  # fused_rows: a row of up to 16 x 128 = 2048 columns in registers
+LN_MAX_D = 1024  # residual_layernorm: a row in one warp, 8 float4 per lane
 
 
 @dataclass(frozen=True)
@@ -93,8 +94,8 @@ def check_config(cfg: Config, batch: int) -> None:
     """The shapes the kernels take: head dimension 64 or 128, GEMM sizes multiples of 128."""
     if cfg.d % cfg.heads or cfg.hd not in (64, 128):
         raise ValueError(f"head dimension {cfg.d}/{cfg.heads} must be 64 or 128 (the attention kernels)")
-    if cfg.d > 16 * LN_THREADS:  # fused_rows' forward holds a row in 16 values per thread
-        raise ValueError(f"d = {cfg.d} above {16 * LN_THREADS} (LayerNorm forward on {LN_THREADS} threads)")
+    if cfg.d > LN_MAX_D:
+        raise ValueError(f"d = {cfg.d} above {LN_MAX_D} (residual_layernorm: a row on one warp's registers)")
     for name, n in (("d", cfg.d), ("vocab", cfg.vocab), ("batch x seq", batch * cfg.seq)):
         if n % GEMM_TILE:
             raise ValueError(f"{name} = {n} must be a multiple of {GEMM_TILE} (hgemm_3's tiles)")
@@ -152,11 +153,11 @@ def token_segments(tokens: np.ndarray, vocab: int) -> tuple[np.ndarray, np.ndarr
 def kernels() -> dict[str, Any]:
     """Every kernel of the step, each compiled once."""
     ops = {n: cudl.load(OPS, n) for n in ("embedding_forward", "embedding_backward", "position_backward",
-                                           "cast_transpose", "bias_grad_reduce", "residual_add", "split_heads",
+                                           "cast_transpose", "bias_grad_reduce", "split_heads",
                                            "merge_heads", "block_sum", "grad_unscale_clip")}
     return ops | {
         "gemm": cudl.load(GEMM, "hgemm_3_cp_async"),
-        "ln_fwd": cudl.load("07-fusion/fused_rows.cu", "layernorm_forward<float>"),
+        "res_ln": cudl.load(OPS, "residual_layernorm"),
         "ln_bwd": cudl.load(OPS, "layernorm_backward_add"),
         "ln_reduce": cudl.load("07-fusion/fused_rows.cu", "layernorm_backward_reduce<float>"),
         "xent": cudl.load("09-training/softmax_cross_entropy.cu", "softmax_cross_entropy"),
@@ -235,7 +236,7 @@ class Model:
         self.dl16, self.dl16t = f16(T, cfg.vocab), f16(cfg.vocab, T)
         # scratch, reused by every layer
         self.w32 = f32(T, 4 * C)  # GEMM outputs up to 4C wide
-        self.x32, self.d32 = f32(T, C), f32(T, C)
+        self.d32 = f32(T, C)
         self.d16 = f16(T, 4 * C)
         self.dres = f32(T, C)  # the gradient of the residual stream
         self.do16 = f16(*heads)
@@ -313,13 +314,21 @@ class Model:
     def bias_reduce(self, parts: int, cols: int, name: str) -> None:
         self.k["bias_grad_reduce"]((cdiv(cols, 32),), (32, 32), (self.bias_buf, parts, cols, self.view(self.g, name)))
 
-    def residual(self, out: Any, x: Any, y: Any, bias: Any, rows: int, cols: int) -> None:
-        self.k["residual_add"]((rows,), self.row_block(cols // 4), (out, x, y, bias, rows, cols))
+    def stream(self, i: int) -> tuple:
+        """(x, y, bias, out) of the residual add that the LayerNorm reading res[i] performs: res[i] = mid[i - 1]
+        + fc2's output (in d32) + fc2_b; res[0] (the embeddings) as it is."""
+        if i == 0:
+            return (self.res[0], None, None, None)
+        return (self.mid[i - 1], self.d32, self.view(self.p, f"{i - 1}.fc2_b"), self.res[i])
 
-    def layernorm(self, x: Any, name: str, out: Any, mean: Any, rstd: Any) -> None:
+    def layernorm(self, name: str, h: Any, ht: Any, mean: Any, rstd: Any, x: Any, y: Any = None,
+                  bias: Any = None, out: Any = None) -> None:
+        """h = fp16 LayerNorm(v) (and ht = h^T), v = x, or x + y + bias written to out: the residual add before
+        the LayerNorm and the cast after it, in one pass."""
         T, C = x.shape
-        self.k["ln_fwd"]((T,), LN_THREADS, (x, self.view(self.p, name + "_w"), self.view(self.p, name + "_b"),
-                                            out, mean, rstd, T, C, LN_EPS))
+        self.k["res_ln"]((cdiv(T, 16),), 128, (x, y, bias, out, self.view(self.p, name + "_w"),
+                                               self.view(self.p, name + "_b"), h, ht, mean, rstd, T, C, LN_EPS),
+                         shared_mem=16 * (C + 2) * 2)
 
     def layernorm_backward(self, dy: Any, x: Any, name: str, mean: Any, rstd: Any, dx: Any,
                            add: bool = False) -> None:
@@ -368,8 +377,7 @@ class Model:
         y32 = self.part(self.w32, T, C)
         for i in range(cfg.layers):
             mean1, rstd1, mean2, rstd2 = self.stats[i]
-            self.layernorm(self.res[i], f"{i}.ln1", self.x32, mean1, rstd1)
-            self.cast(self.x32, self.h1[i], self.h1t[i], T, C)
+            self.layernorm(f"{i}.ln1", self.h1[i], self.h1t[i], mean1, rstd1, *self.stream(i))
             qkv32 = self.part(self.w32, T, 3 * C)
             self.gemm(self.h1[i], self.w16[f"{i}.qkv_w"], qkv32, T, 3 * C, C)
             q, kk, v = self.qkv[i]
@@ -377,17 +385,15 @@ class Model:
             ch12.flash_launch(self.attn_fwd, q, kk, v, self.o[i], self.lse[i], True)
             self.merge(1, self.o[i], None, None, self.orow[i], self.orowt[i])
             self.gemm(self.orow[i], self.w16[f"{i}.proj_w"], y32, T, C, C)
-            self.residual(self.mid[i], self.res[i], y32, self.view(p, f"{i}.proj_b"), T, C)
-            self.layernorm(self.mid[i], f"{i}.ln2", self.x32, mean2, rstd2)
-            self.cast(self.x32, self.h2[i], self.h2t[i], T, C)
+            # mid = res[i] + y32 + proj_b, then ln2 of it, in one pass
+            self.layernorm(f"{i}.ln2", self.h2[i], self.h2t[i], mean2, rstd2, self.res[i], y32,
+                           self.view(p, f"{i}.proj_b"), self.mid[i])
             self.gemm(self.h2[i], self.w16[f"{i}.fc_w"], self.fc[i], T, 4 * C, C)
             # a = gelu(fc + fc_b), straight to fp16 (and transposed): fc2's operands
             self.cast(self.fc[i], self.a16[i], self.a16t[i], T, 4 * C, gelu_bias=self.view(p, f"{i}.fc_b"))
-            self.gemm(self.a16[i], self.w16[f"{i}.fc2_w"], self.d32, T, C, 4 * C)
-            self.residual(self.res[i + 1], self.mid[i], self.d32, self.view(p, f"{i}.fc2_b"), T, C)
+            self.gemm(self.a16[i], self.w16[f"{i}.fc2_w"], self.d32, T, C, 4 * C)  # res[i + 1] - mid - fc2_b
         meanf, rstdf = self.stats[cfg.layers][:2]
-        self.layernorm(self.res[cfg.layers], "lnf", self.x32, meanf, rstdf)
-        self.cast(self.x32, self.hf, None, T, C)
+        self.layernorm("lnf", self.hf, None, meanf, rstdf, *self.stream(cfg.layers))
         self.gemm(self.hf, self.wt16["wte"], self.logits, T, cfg.vocab, C)
         k["xent"]((cdiv(T, 4),), 128, (self.logits, self.targets, self.losses, self.dlogits, T, cfg.vocab))
 

@@ -79,16 +79,6 @@ def position_backward(k, rng):
     return host(out), d.sum(axis=0), batch * U32 * np.abs(d).sum(axis=0)
 
 
-def residual_add(k, rng):
-    rows, cols = 9, 148  # one row per block; 37 float4 per row on 32 threads: the row loop runs twice
-    x, y = rng.standard_normal((rows, cols), np.float32), rng.standard_normal((rows, cols), np.float32)
-    b = rng.standard_normal(cols, np.float32)
-    out = cudl.poisoned((rows, cols))
-    k((rows,), 32, (out, dev(x), dev(y), dev(b), rows, cols))
-    ref = x.astype(np.float64) + y + b
-    return host(out), ref, 2 * U32 * (np.abs(x) + np.abs(y) + np.abs(b))
-
-
 def block_sum(k, rng):
     n, parts = 10007, 7
     x = rng.standard_normal(n, np.float32)
@@ -153,7 +143,7 @@ def layernorm_backward_add(k, rng):
 
 
 CASES = {"embedding_forward": embedding_forward, "embedding_backward": embedding_backward,
-         "position_backward": position_backward, "residual_add": residual_add, "block_sum": block_sum,
+         "position_backward": position_backward, "block_sum": block_sum,
          "grad_unscale_clip": grad_unscale_clip, "bias_grad_reduce": bias_grad_reduce,
          "layernorm_backward_add": layernorm_backward_add}
 
@@ -268,6 +258,50 @@ def test_bias_sums_are_deterministic():
     assert np.array_equal(outs[0], outs[1])
 
 
+def residual_layernorm_case(source: str | None = None, residual: bool = True, transpose: bool = True) -> str | None:
+    """residual_layernorm on 21 rows (a full tile of 16 and a partial one) x 256 (2 float4 per lane): res = x + y
+    + bias within 2 u32, mean and rstd within (cols + 8) u32 of float64 (sums of cols terms), h = fp16 of the
+    float64 LayerNorm within that error plus fp16's half ulp, ht = h^T."""
+    rng = np.random.default_rng()
+    rows, cols = 21, 256
+    x, y = (rng.standard_normal((rows, cols), np.float32) for _ in range(2))
+    bias, w, b = (rng.standard_normal(cols, np.float32) for _ in range(3))
+    res, h, ht = cudl.poisoned((rows, cols)), cudl.poisoned((rows, cols), np.float16), cudl.poisoned((cols, rows),
+                                                                                                     np.float16)
+    mean, rstd = cudl.poisoned(rows), cudl.poisoned(rows)
+    extra = (dev(y), dev(bias), res) if residual else (None, None, None)
+    load("residual_layernorm", source)((2,), 128, (dev(x), *extra, dev(w), dev(b), h, ht if transpose else None,
+                                                   mean, rstd, rows, cols, gt.LN_EPS), shared_mem=16 * (cols + 2) * 2)
+    v = x.astype(np.float64) + ((y.astype(np.float64) + bias) if residual else 0)
+    mag = np.abs(x) + ((np.abs(y) + np.abs(bias)) if residual else 0)
+    if residual and not (np.abs(host(res) - v) <= 2 * U32 * mag).all():
+        return "res differs from x + y + bias"
+    mu, sd = v.mean(axis=1), np.sqrt(v.var(axis=1) + gt.LN_EPS)
+    tol = (cols + 8) * U32
+    if not (np.abs(host(mean) - mu) <= tol * np.abs(v).mean(axis=1) + 2 * U32 * mag.mean(axis=1)).all():
+        return "mean differs"
+    if not (np.abs(host(rstd) * sd - 1) <= tol * (1 + (mag / sd[:, None]).max(axis=1))).all():
+        return "rstd differs"
+    xh = (v - mu[:, None]) / sd[:, None]
+    ref = xh * w + b
+    err32 = tol * (1 + (mag / sd[:, None]).max(axis=1, keepdims=True)) * (np.abs(xh) + 1) * np.abs(w) + 2 * U32 * (
+        np.abs(xh * w) + np.abs(b))
+    got = host(h).astype(np.float64)
+    if not (np.abs(got - ref) <= 2.0**-11 * (np.abs(ref) + err32) + 2.0**-25 + err32).all():
+        return "h differs from fp16 of the LayerNorm"
+    if transpose and not np.array_equal(host(ht), host(h).T):
+        return "ht differs from the transpose of h"
+    if not transpose and not np.isnan(host(ht)).all():
+        return "ht written though null"
+    return None
+
+
+@pytest.mark.parametrize(("residual", "transpose"), [(True, True), (False, False)])
+def test_residual_layernorm(residual, transpose):
+    msg = residual_layernorm_case(residual=residual, transpose=transpose)
+    assert msg is None, msg
+
+
 HEADS_SHAPES = [(2, 37, 3, 8), (1, 40, 2, 64)]  # batch, seq, heads, hd: seq not a multiple of the 32-tile
 
 
@@ -311,8 +345,14 @@ MUTANTS = {
                                                        "dwte[(long long)v * C + c] = acc;", "k"),
     "embedding_backward: last row of a token lost": ("i < end; i++", "i < end - 1; i++", "k"),
     "position_backward: last sequence lost": ("b < batch; b++", "b < batch - 1; b++", "k"),
-    "residual_add: bias left out": ("if (bias) {\n            const float4 e",
-                                    "if (!bias) {\n            const float4 e", "k"),
+    "residual_layernorm: bias left out": ("if (bias) {\n                    const float4 e",
+                                          "if (!bias) {\n                    const float4 e", "resln"),
+    "residual_layernorm: variance about 0": ("make_float4(v[k].x - mu, v[k].y - mu, v[k].z - mu, v[k].w - mu)",
+                                             "make_float4(v[k].x, v[k].y, v[k].z, v[k].w)", "resln"),
+    "residual_layernorm: last row of a tile lost": ("i < LN_ROWS; i += blockDim.x / WARP",
+                                                    "i < LN_ROWS - 1; i += blockDim.x / WARP", "resln"),
+    "residual_layernorm: no barrier": ("    __syncthreads();\n    // thread t: row t % 16",
+                                       "    // thread t: row t % 16", "resln-race"),
     "block_sum: squares left out": ("square ? x[i] * x[i] : x[i]", "x[i]", "k"),
     "grad_unscale_clip: never clips": ("fminf(1.f, max_norm", "fmaxf(1.f, max_norm", "k"),
     "bias_grad_reduce: last lane left out": ("k < WARP; k++) s += sums", "k < WARP - 1; k++) s += sums", "k"),
@@ -348,10 +388,12 @@ KERNEL_OF = {m: m.split(":")[0] for m in MUTANTS}
 @pytest.mark.parametrize("mutant", MUTANTS)
 def test_check_fails_on_mutants(mutant, mutated_kernel):
     old, new, check = MUTANTS[mutant]
-    src = mutated_kernel("15-capstone", "gpt_ops", old, new, race=check == "cast-race")
+    src = mutated_kernel("15-capstone", "gpt_ops", old, new, race=check.endswith("-race"))
     try:
         if check == "k":
             msg = failures(KERNEL_OF[mutant], src)
+        elif check.startswith("resln"):
+            msg = residual_layernorm_case(src)
         elif check.startswith("cast"):
             msg = cast_case(src, kind={"cast-gelu": "gelu", "cast-grad": "grad"}.get(check, "plain"))
         else:
