@@ -1,9 +1,10 @@
 // gpt_ops: the small kernels that glue a GPT training step together around the book's
 // GEMMs (11), attention (12, 15), LayerNorm (07), GELU (03, 08), cross-entropy, bias
-// gradients and AdamW (09). Activations between two GEMMs stay in fp32 (the GEMMs write
-// fp32, and the row kernels of 07-09 run on fp32); every GEMM or attention operand is an
-// fp16 copy made by cast_transpose, which also writes the transposed copy that a weight
-// gradient dW = X^T dY needs, so that every product of the step is chapter 11's A B.
+// gradients and AdamW (09). The GEMMs write fp32, the row math runs on fp32, and every
+// GEMM or attention operand is fp16, written by the pass that computes it (a cast, the
+// LayerNorm, the merge of the heads) together with the transposed copy that a weight
+// gradient dW = X^T dY needs, so that every product of the step is chapter 11's A B and
+// no fp32 activation is stored only to be cast.
 //   embedding_forward    x[r] = wte[token[r]] + wpe[r % seq]
 //   embedding_backward   dwte[v] += sum of dx[r] over the rows r whose token is v: one
 //                        block per vocabulary row walks its rows in a fixed order (the
@@ -41,12 +42,12 @@
 // Launch: grid-stride kernels take block (256) and any grid; cast_transpose block
 // (32, 8), grid (ceil(cols / 64), ceil(rows / 32)); bias_grad_reduce block (32, 32),
 // grid (ceil(cols / 32)); split_heads one block per row (grid rows, block: a multiple
-// of 32 covering parts C / 8, up to 1024);
-// merge_heads block (256), grid (ceil(seq / 32), batch heads, parts);
-// residual_layernorm block (128), grid (ceil(rows / 16)), 16 (cols + 2) x 2 bytes of
-// dynamic shared memory; layernorm_backward_add block: a multiple of 32 covering
-// cols / 4, any grid (the number of dw, db partials); embedding_backward block (128),
-// grid (vocab); block_sum block (256).
+// of 32 covering parts C / 8, up to 1024); merge_heads block (256), grid
+// (ceil(seq / 32), batch heads, parts); residual_layernorm block (128), grid
+// (ceil(rows / 16)), 16 (cols + 2) x 2 bytes of dynamic shared memory;
+// layernorm_backward_add block: a multiple of 32 covering cols / 4, any grid (the
+// number of dw, db partials); embedding_backward block (128), grid (vocab); block_sum
+// block (256).
 
 #include <cuda_fp16.h>
 
