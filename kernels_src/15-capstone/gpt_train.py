@@ -347,15 +347,15 @@ class Model:
         self.k["split_heads"]((self.batch * cfg.seq,), self.row_block(parts * cfg.d // 8),
                               (rows, bias, a, b, c, self.batch, cfg.seq, cfg.heads, cfg.hd, parts))
 
-    def merge(self, parts: int, a: Any, b: Any, c: Any, y: Any, yt: Any = None, bias: str = "") -> None:
-        """fp16 heads -> fp16 rows y [T, parts C] (and yt = y^T); with `bias`, that parameter's gradient = the
+    def merge(self, parts: int, a: Any, b: Any, c: Any, y: Any, yt: Any = None, db: str = "") -> None:
+        """fp16 heads -> fp16 rows y [T, parts C] (and yt = y^T); with `db`, that parameter's gradient = the
         column sums of y."""
         cfg = self.cfg
-        colsum = self.bias_buf if bias else None
+        colsum = self.bias_buf if db else None
         self.k["merge_heads"]((cdiv(cfg.seq, 32), self.batch * cfg.heads, parts), 256,
                               (a, b, c, y, yt, colsum, self.batch, cfg.seq, cfg.heads, cfg.hd, parts))
-        if bias:
-            self.bias_reduce(self.batch * cdiv(cfg.seq, 32), parts * cfg.d, bias)
+        if db:
+            self.bias_reduce(self.batch * cdiv(cfg.seq, 32), parts * cfg.d, db)
 
     # ------------------------------------------------------------------ the step
     def load_batch(self, tokens: np.ndarray, targets: np.ndarray) -> None:
@@ -391,14 +391,15 @@ class Model:
             self.gemm(self.h2[i], self.w16[f"{i}.fc_w"], self.fc[i], T, 4 * C, C)
             # a = gelu(fc + fc_b), straight to fp16 (and transposed): fc2's operands
             self.cast(self.fc[i], self.a16[i], self.a16t[i], T, 4 * C, gelu_bias=self.view(p, f"{i}.fc_b"))
-            self.gemm(self.a16[i], self.w16[f"{i}.fc2_w"], self.d32, T, C, 4 * C)  # res[i + 1] - mid - fc2_b
+            # fc2's output: res[i + 1] = mid + it + fc2_b, added by the next LayerNorm (ln1 or lnf)
+            self.gemm(self.a16[i], self.w16[f"{i}.fc2_w"], self.d32, T, C, 4 * C)
         meanf, rstdf = self.stats[cfg.layers][:2]
         self.layernorm("lnf", self.hf, None, meanf, rstdf, *self.stream(cfg.layers))
         self.gemm(self.hf, self.wt16["wte"], self.logits, T, cfg.vocab, C)
         k["xent"]((cdiv(T, 4),), 128, (self.logits, self.targets, self.losses, self.dlogits, T, cfg.vocab))
 
     def backward(self) -> None:
-        """Loss-scaled gradients of the mean loss into self.g (every slot written; fc_b and wte added to)."""
+        """Loss-scaled gradients of the mean loss into self.g (every slot written; wte's added to)."""
         cfg, k, p, g = self.cfg, self.k, self.p, self.g
         T, C, V = self.batch * cfg.seq, cfg.d, cfg.vocab
         g[...] = 0  # wte (the head's dW, then the embedding backward) adds into its slot
@@ -429,7 +430,7 @@ class Model:
             dq, dk, dv = ab.backward(q, kk, v, self.o[i], self.lse[i], self.do16, True, out=self.bwd_out,
                                      kernel=self.attn_bwd)
             d16 = self.part(self.d16, T, 3 * C)
-            self.merge(3, dq, dk, dv, d16, bias=f"{i}.qkv_b")  # fp16 rows and the qkv bias gradient
+            self.merge(3, dq, dk, dv, d16, db=f"{i}.qkv_b")  # fp16 rows and the qkv bias gradient
             self.gemm(self.h1t[i], d16, self.view(g, f"{i}.qkv_w"), C, 3 * C, T)
             self.gemm(d16, self.wt16[f"{i}.qkv_w"], self.d32, T, C, 3 * C)
             self.layernorm_backward(self.d32, self.res[i], f"{i}.ln1", mean1, rstd1, self.dres, add=True)
