@@ -21,12 +21,18 @@ Kernels (every one loaded by path from kernels_src/, none copied):
                                          else kernel 3 (cp.async, any GPU and the emulator)
   12-flash-attention/flash_attn_2_mma.cu causal attention forward, O and the logsumexp
   15-capstone/flash_attn_bwd_*.cu        attention backward (attention_backward.py)
-  07-fusion/fused_rows.cu                LayerNorm forward and backward (fp32)
-  03-elementwise/bias_gelu.cu            bias + GELU;  08-profiling/bias_gelu_backward.cu its backward
-  09-training/softmax_cross_entropy.cu   loss and dlogits;  bias_grad.cu;  adamw.cu
+  07-fusion/fused_rows.cu                the LayerNorm backward's dw, db reduce; the LayerNorm forward and
+                                         backward themselves are gpt_ops' variants of chapter 7's, fused
+                                         with the residual add and the fp16 cast (forward) and with the
+                                         residual gradient's add (backward)
+  03-elementwise/bias_gelu.cu            GELU (gelu_erf) and 08-profiling/bias_gelu_backward.cu its
+                                         derivative, included by gpt_ops.cu: the MLP's bias + GELU and
+                                         its backward run inside the fp16 casts that follow them
+  09-training/softmax_cross_entropy.cu   loss and dlogits;  adamw.cu
   15-capstone/gpt_ops.cu                 embeddings (forward, deterministic backward), fp16 casts with
-                                         the transposes the weight gradients need, residual adds, head
-                                         split/merge, gradient norm and clipping
+                                         the transposes the weight gradients need and the bias
+                                         gradients (column sums of the cast's tiles), the fused LayerNorms,
+                                         head split/merge, gradient norm and clipping
 Every GEMM is A B with row-major operands: a weight gradient X^T dY reads the transposed fp16 copy of X that
 the forward's cast wrote, and dX = dY W^T reads the fp16 W^T written next to W after each optimizer step.
 
@@ -62,7 +68,7 @@ GEMM_TILE = 128  # hgemm_3: M and N multiples of 128 (BN = 128), K of 32
 GEMM_SMEM = 3 * (128 + 128) * 32 * 2  # STAGES x (BM + BN) x BK halves
 GEMM5_OPTIONS = ("-DSTAGES=3",)  # chapter 11's best ring depth on the H100 and the H200
 LN_EPS = 1e-5
-LN_THREADS = 128  # fused_rows: a row of up to 16 x 128 = 2048 columns in registers
+LN_MAX_D = 1024  # residual_layernorm: a row in one warp, 8 float4 per lane
 
 
 @dataclass(frozen=True)
@@ -88,6 +94,8 @@ def check_config(cfg: Config, batch: int) -> None:
     """The shapes the kernels take: head dimension 64 or 128, GEMM sizes multiples of 128."""
     if cfg.d % cfg.heads or cfg.hd not in (64, 128):
         raise ValueError(f"head dimension {cfg.d}/{cfg.heads} must be 64 or 128 (the attention kernels)")
+    if cfg.d > LN_MAX_D:
+        raise ValueError(f"d = {cfg.d} above {LN_MAX_D} (residual_layernorm: a row on one warp's registers)")
     for name, n in (("d", cfg.d), ("vocab", cfg.vocab), ("batch x seq", batch * cfg.seq)):
         if n % GEMM_TILE:
             raise ValueError(f"{name} = {n} must be a multiple of {GEMM_TILE} (hgemm_3's tiles)")
@@ -157,17 +165,14 @@ def token_segments(tokens: np.ndarray, vocab: int) -> tuple[np.ndarray, np.ndarr
 def kernels() -> dict[str, Any]:
     """Every kernel of the step, each compiled once."""
     ops = {n: cudl.load(OPS, n) for n in ("embedding_forward", "embedding_backward", "position_backward",
-                                           "cast_transpose", "residual_add", "split_heads", "merge_heads",
-                                           "block_sum", "grad_unscale_clip")}
+                                           "cast_transpose", "bias_grad_reduce", "split_heads",
+                                           "merge_heads", "block_sum", "grad_unscale_clip")}
     return ops | {
         "gemm": cudl.load(GEMM, "hgemm_3_cp_async"),
-        "ln_fwd": cudl.load("07-fusion/fused_rows.cu", "layernorm_forward<float>"),
-        "ln_bwd": cudl.load("07-fusion/fused_rows.cu", "layernorm_backward<float>"),
+        "res_ln": cudl.load(OPS, "residual_layernorm"),
+        "ln_bwd": cudl.load(OPS, "layernorm_backward_add"),
         "ln_reduce": cudl.load("07-fusion/fused_rows.cu", "layernorm_backward_reduce<float>"),
-        "gelu_fwd": cudl.load("03-elementwise/bias_gelu.cu", "bias_gelu_forward<float>"),
-        "gelu_bwd": cudl.load("08-profiling/bias_gelu_backward.cu", "bias_gelu_backward<float>"),
         "xent": cudl.load("09-training/softmax_cross_entropy.cu", "softmax_cross_entropy"),
-        "bias_grad": cudl.load("09-training/bias_grad.cu", "bias_grad"),
         "adamw": cudl.load("09-training/adamw.cu", "adamw_step"),
     }
 
@@ -242,14 +247,20 @@ class Model:
         self.logits, self.dlogits, self.losses = f32(T, cfg.vocab), f32(T, cfg.vocab), f32(T)
         self.dl16, self.dl16t = f16(T, cfg.vocab), f16(cfg.vocab, T)
         # scratch, reused by every layer
-        self.w32, self.w32b = f32(T, 4 * C), f32(T, 4 * C)  # GEMM outputs and temporaries up to 4C wide
-        self.x32, self.d32 = f32(T, C), f32(T, C)
+        self.w32 = f32(T, 4 * C)  # GEMM outputs up to 4C wide
+        self.d32 = f32(T, C)
         self.d16 = f16(T, 4 * C)
         self.dres = f32(T, C)  # the gradient of the residual stream
         self.do16 = f16(*heads)
         self.bwd_out = (f32(*heads), f32(batch * H, S), *(f16(*heads) for _ in range(3)))
-        self.ln_parts = min(self.sms, T)
+        # layernorm_backward_add: 43 registers (ptxas, sm_90), so 7 blocks of C / 4 = 192 threads fit an SM;
+        # 6 per SM is one wave with 6 x 192 x 32 B = 37 KB of x and dy in flight per SM. Each block writes its
+        # dw, db partials: [parts, C] fp32, 4.9 MB at GPT-2's 792 x 768, 2% of the 200 MB a call moves.
+        self.ln_parts = min(6 * self.sms, T)
         self.ln_dw, self.ln_db = f32(self.ln_parts, C), f32(self.ln_parts, C)
+        # per-tile column sums of a gradient (cast_transpose's or merge_heads'), for bias_grad_reduce
+        self.bias_parts = max(cdiv(T, 32), batch * cdiv(S, 32))
+        self.bias_buf = f32(self.bias_parts, 4 * C)  # up to fc_b, 4C wide
         self.norm_parts = 2 * self.sms
         self.norm_buf, self.norm_sq = f32(self.norm_parts), f32(1)
 
@@ -297,33 +308,66 @@ class Model:
                                                   c.reshape(M, N), options=GEMM5_OPTIONS)
         run()
 
-    def cast(self, x: Any, y: Any, yt: Any, rows: int, cols: int, scale: float = 1.0) -> None:
-        self.k["cast_transpose"]((cdiv(cols, 32), cdiv(rows, 32)), (32, 8), (x, y, yt, rows, cols, scale))
+    @staticmethod
+    def row_block(units: int) -> int:
+        """Threads of a one-row-per-block kernel: `units` rounded up to a warp, at most 1024."""
+        return min(1024, cdiv(units, 32) * 32)
 
-    def residual(self, out: Any, x: Any, y: Any, bias: Any, rows: int, cols: int) -> None:
-        self.k["residual_add"]((self.grid(rows * cols),), 256, (out, x, y, bias, rows, cols))
+    def cast(self, x: Any, y: Any, yt: Any, rows: int, cols: int, scale: float = 1.0, db: str = "",
+             gelu_bias: Any = None, pre: Any = None) -> None:
+        """y = fp16(v) (and yt = y^T), v = scale x, or scale gelu(x + gelu_bias), or with pre too scale x
+        gelu'(pre + gelu_bias); with `db`, that parameter's gradient = the column sums of v."""
+        colsum = self.bias_buf if db else None
+        self.k["cast_transpose"]((cdiv(cols, 64), cdiv(rows, 32)), (32, 8),
+                                 (x, pre, gelu_bias, y, yt, colsum, rows, cols, scale))
+        if db:
+            self.bias_reduce(cdiv(rows, 32), cols, db)
 
-    def layernorm(self, x: Any, name: str, out: Any, mean: Any, rstd: Any) -> None:
+    def bias_reduce(self, parts: int, cols: int, name: str) -> None:
+        self.k["bias_grad_reduce"]((cdiv(cols, 32),), (32, 32), (self.bias_buf, parts, cols, self.view(self.g, name)))
+
+    def stream(self, i: int) -> tuple:
+        """(x, y, bias, out) of the residual add that the LayerNorm reading res[i] performs: res[i] = mid[i - 1]
+        + fc2's output (in d32) + fc2_b; res[0] (the embeddings) as it is."""
+        if i == 0:
+            return (self.res[0], None, None, None)
+        return (self.mid[i - 1], self.d32, self.view(self.p, f"{i - 1}.fc2_b"), self.res[i])
+
+    def layernorm(self, name: str, h: Any, ht: Any, mean: Any, rstd: Any, x: Any, y: Any = None,
+                  bias: Any = None, out: Any = None) -> None:
+        """h = fp16 LayerNorm(v) (and ht = h^T), v = x, or x + y + bias written to out: the residual add before
+        the LayerNorm and the cast after it, in one pass."""
         T, C = x.shape
-        self.k["ln_fwd"]((T,), LN_THREADS, (x, self.view(self.p, name + "_w"), self.view(self.p, name + "_b"),
-                                            out, mean, rstd, T, C, LN_EPS))
+        self.k["res_ln"]((cdiv(T, 16),), 128, (x, y, bias, out, self.view(self.p, name + "_w"),
+                                               self.view(self.p, name + "_b"), h, ht, mean, rstd, T, C, LN_EPS),
+                         shared_mem=16 * (C + 2) * 2)
 
-    def layernorm_backward(self, dy: Any, x: Any, name: str, mean: Any, rstd: Any, dx: Any) -> None:
+    def layernorm_backward(self, dy: Any, x: Any, name: str, mean: Any, rstd: Any, dx: Any,
+                           add: bool = False) -> None:
+        """dx = LayerNorm's input gradient (add: dx += it, the residual stream's gradient); its w, b gradients."""
         T, C = x.shape
-        self.k["ln_bwd"]((self.ln_parts,), LN_THREADS, (dy, x, self.view(self.p, name + "_w"), mean, rstd, dx,
-                                                        self.ln_dw, self.ln_db, T, C))
-        self.k["ln_reduce"]((cdiv(C, 32),), (32, 8), (self.ln_dw, self.ln_db, self.view(self.g, name + "_w"),
+        self.k["ln_bwd"]((self.ln_parts,), self.row_block(C // 4),
+                         (dy, x, self.view(self.p, name + "_w"), mean, rstd, dx if add else None, dx,
+                          self.ln_dw, self.ln_db, T, C))
+        # 32 lanes of parts per column (the kernel's shared sums hold 32): 17 loads per thread, not 66
+        self.k["ln_reduce"]((cdiv(C, 32),), (32, 32), (self.ln_dw, self.ln_db, self.view(self.g, name + "_w"),
                                                      self.view(self.g, name + "_b"), self.ln_parts, C))
 
-    def bias_grad(self, dy: Any, name: str) -> None:
-        T, C = dy.shape
-        self.k["bias_grad"]((cdiv(C, 32),), (32, 8), (dy, self.view(self.g, name), T, C))
+    def split(self, rows: Any, parts: int, a: Any, b: Any = None, c: Any = None, bias: Any = None) -> None:
+        """fp32 rows [T, parts C] (+ bias) -> `parts` fp16 head arrays [batch heads, seq, hd]."""
+        cfg = self.cfg
+        self.k["split_heads"]((self.batch * cfg.seq,), self.row_block(parts * cfg.d // 8),
+                              (rows, bias, a, b, c, self.batch, cfg.seq, cfg.heads, cfg.hd, parts))
 
-    def heads(self, kernel: str, rows: Any, parts: int, a: Any, b: Any = None, c: Any = None,
-              bias: Any = None) -> None:
-        cfg, n = self.cfg, rows.size
-        args = (rows, bias, a, b, c) if kernel == "split_heads" else (a, b, c, rows)
-        self.k[kernel]((self.grid(n),), 256, (*args, self.batch, cfg.seq, cfg.heads, cfg.hd, parts))
+    def merge(self, parts: int, a: Any, b: Any, c: Any, y: Any, yt: Any = None, db: str = "") -> None:
+        """fp16 heads -> fp16 rows y [T, parts C] (and yt = y^T); with `db`, that parameter's gradient = the
+        column sums of y."""
+        cfg = self.cfg
+        colsum = self.bias_buf if db else None
+        self.k["merge_heads"]((cdiv(cfg.seq, 32), self.batch * cfg.heads, parts), 256,
+                              (a, b, c, y, yt, colsum, self.batch, cfg.seq, cfg.heads, cfg.hd, parts))
+        if db:
+            self.bias_reduce(self.batch * cdiv(cfg.seq, 32), parts * cfg.d, db)
 
     # ------------------------------------------------------------------ the step
     def load_batch(self, tokens: np.ndarray, targets: np.ndarray) -> None:
@@ -345,35 +389,32 @@ class Model:
         y32 = self.part(self.w32, T, C)
         for i in range(cfg.layers):
             mean1, rstd1, mean2, rstd2 = self.stats[i]
-            self.layernorm(self.res[i], f"{i}.ln1", self.x32, mean1, rstd1)
-            self.cast(self.x32, self.h1[i], self.h1t[i], T, C)
+            self.layernorm(f"{i}.ln1", self.h1[i], self.h1t[i], mean1, rstd1, *self.stream(i))
             qkv32 = self.part(self.w32, T, 3 * C)
             self.gemm(self.h1[i], self.w16[f"{i}.qkv_w"], qkv32, T, 3 * C, C)
             q, kk, v = self.qkv[i]
-            self.heads("split_heads", qkv32, 3, q, kk, v, bias=self.view(p, f"{i}.qkv_b"))
+            self.split(qkv32, 3, q, kk, v, bias=self.view(p, f"{i}.qkv_b"))
             ch12.flash_launch(self.attn_fwd, q, kk, v, self.o[i], self.lse[i], True)
-            self.heads("merge_heads", self.x32, 1, self.o[i])
-            self.cast(self.x32, self.orow[i], self.orowt[i], T, C)
+            self.merge(1, self.o[i], None, None, self.orow[i], self.orowt[i])
             self.gemm(self.orow[i], self.w16[f"{i}.proj_w"], y32, T, C, C)
-            self.residual(self.mid[i], self.res[i], y32, self.view(p, f"{i}.proj_b"), T, C)
-            self.layernorm(self.mid[i], f"{i}.ln2", self.x32, mean2, rstd2)
-            self.cast(self.x32, self.h2[i], self.h2t[i], T, C)
+            # mid = res[i] + y32 + proj_b, then ln2 of it, in one pass
+            self.layernorm(f"{i}.ln2", self.h2[i], self.h2t[i], mean2, rstd2, self.res[i], y32,
+                           self.view(p, f"{i}.proj_b"), self.mid[i])
             self.gemm(self.h2[i], self.w16[f"{i}.fc_w"], self.fc[i], T, 4 * C, C)
-            k["gelu_fwd"]((min(T, 32 * self.sms),), 256, (self.fc[i], self.view(p, f"{i}.fc_b"), self.w32, T, 4 * C))
-            self.cast(self.w32, self.a16[i], self.a16t[i], T, 4 * C)
+            # a = gelu(fc + fc_b), straight to fp16 (and transposed): fc2's operands
+            self.cast(self.fc[i], self.a16[i], self.a16t[i], T, 4 * C, gelu_bias=self.view(p, f"{i}.fc_b"))
+            # fc2's output: res[i + 1] = mid + it + fc2_b, added by the next LayerNorm (ln1 or lnf)
             self.gemm(self.a16[i], self.w16[f"{i}.fc2_w"], self.d32, T, C, 4 * C)
-            self.residual(self.res[i + 1], self.mid[i], self.d32, self.view(p, f"{i}.fc2_b"), T, C)
         meanf, rstdf = self.stats[cfg.layers][:2]
-        self.layernorm(self.res[cfg.layers], "lnf", self.x32, meanf, rstdf)
-        self.cast(self.x32, self.hf, None, T, C)
+        self.layernorm("lnf", self.hf, None, meanf, rstdf, *self.stream(cfg.layers))
         self.gemm(self.hf, self.wt16["wte"], self.logits, T, cfg.vocab, C)
         k["xent"]((cdiv(T, 4),), 128, (self.logits, self.targets, self.losses, self.dlogits, T, cfg.vocab))
 
     def backward(self) -> None:
-        """Loss-scaled gradients of the mean loss into self.g (every slot written; fc_b and wte added to)."""
+        """Loss-scaled gradients of the mean loss into self.g (every slot written; wte's added to)."""
         cfg, k, p, g = self.cfg, self.k, self.p, self.g
         T, C, V = self.batch * cfg.seq, cfg.d, cfg.vocab
-        g[...] = 0  # fc_b (bias_gelu_backward's atomics) and wte (head, then embedding) add into theirs
+        g[...] = 0  # wte (the head's dW, then the embedding backward) adds into its slot
         self.cast(self.dlogits, self.dl16, self.dl16t, T, V, self.scale)
         self.gemm(self.dl16t, self.hf, self.view(g, "wte"), V, C, T)  # the tied head's dW = dlogits^T hf
         self.gemm(self.dl16, self.w16["wte"], self.d32, T, C, V)
@@ -383,36 +424,28 @@ class Model:
         for i in reversed(range(cfg.layers)):
             mean1, rstd1, mean2, rstd2 = self.stats[i]
             # MLP half: res[i + 1] = mid + fc2(gelu(fc(ln2(mid))))
-            self.cast(self.dres, g16, None, T, C)
+            self.cast(self.dres, g16, None, T, C, db=f"{i}.fc2_b")
             self.gemm(self.a16t[i], g16, self.view(g, f"{i}.fc2_w"), 4 * C, C, T)
-            self.bias_grad(self.dres, f"{i}.fc2_b")
             self.gemm(g16, self.wt16[f"{i}.fc2_w"], self.w32, T, 4 * C, C)
-            k["gelu_bwd"]((cdiv(4 * C, 256), cdiv(T, 32)), 256,
-                          (self.w32, self.fc[i], self.view(p, f"{i}.fc_b"), self.w32b,
-                           self.view(g, f"{i}.fc_b"), T, 4 * C, 32))
-            self.cast(self.w32b, self.d16, None, T, 4 * C)
+            # dfc = da gelu'(fc + fc_b) in fp16 for the GEMMs, its column sums fc_b's gradient
+            self.cast(self.w32, self.d16, None, T, 4 * C, db=f"{i}.fc_b", gelu_bias=self.view(p, f"{i}.fc_b"),
+                      pre=self.fc[i])
             self.gemm(self.h2t[i], self.d16, self.view(g, f"{i}.fc_w"), C, 4 * C, T)
             self.gemm(self.d16, self.wt16[f"{i}.fc_w"], self.d32, T, C, 4 * C)
-            self.layernorm_backward(self.d32, self.mid[i], f"{i}.ln2", mean2, rstd2, self.x32)
-            self.residual(self.dres, self.dres, self.x32, None, T, C)
+            self.layernorm_backward(self.d32, self.mid[i], f"{i}.ln2", mean2, rstd2, self.dres, add=True)
             # attention half: mid = res[i] + proj(attention(ln1(res[i])))
-            self.cast(self.dres, g16, None, T, C)
+            self.cast(self.dres, g16, None, T, C, db=f"{i}.proj_b")
             self.gemm(self.orowt[i], g16, self.view(g, f"{i}.proj_w"), C, C, T)
-            self.bias_grad(self.dres, f"{i}.proj_b")
             self.gemm(g16, self.wt16[f"{i}.proj_w"], self.d32, T, C, C)
-            self.heads("split_heads", self.d32, 1, self.do16)
+            self.split(self.d32, 1, self.do16)
             q, kk, v = self.qkv[i]
             dq, dk, dv = ab.backward(q, kk, v, self.o[i], self.lse[i], self.do16, True, out=self.bwd_out,
                                      kernel=self.attn_bwd)
-            qkv32 = self.part(self.w32, T, 3 * C)
-            self.heads("merge_heads", qkv32, 3, dq, dk, dv)
-            self.bias_grad(qkv32, f"{i}.qkv_b")
             d16 = self.part(self.d16, T, 3 * C)
-            self.cast(qkv32, d16, None, T, 3 * C)
+            self.merge(3, dq, dk, dv, d16, db=f"{i}.qkv_b")  # fp16 rows and the qkv bias gradient
             self.gemm(self.h1t[i], d16, self.view(g, f"{i}.qkv_w"), C, 3 * C, T)
             self.gemm(d16, self.wt16[f"{i}.qkv_w"], self.d32, T, C, 3 * C)
-            self.layernorm_backward(self.d32, self.res[i], f"{i}.ln1", mean1, rstd1, self.x32)
-            self.residual(self.dres, self.dres, self.x32, None, T, C)
+            self.layernorm_backward(self.d32, self.res[i], f"{i}.ln1", mean1, rstd1, self.dres, add=True)
         k["embedding_backward"]((V,), 128, (self.dres, self.order, self.starts, self.view(g, "wte"), C))
         k["position_backward"]((self.grid(cfg.seq * C),), 256,
                                (self.dres, self.view(g, "wpe"), self.batch, cfg.seq, C))

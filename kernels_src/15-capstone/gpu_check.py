@@ -132,6 +132,9 @@ def check(cfg: gt.Config, batch: int, params: dict, x: np.ndarray, y: np.ndarray
 
 
 def family(name: str, book: bool) -> str:
+    # The book's labels stay those of the first H200 run, for comparison; since the fusions, "fp16 casts" also
+    # holds the MLP's bias + GELU and its backward (the cast's epilogue), "LayerNorm" the residual adds
+    # (residual_layernorm, layernorm_backward_add), "residual+heads" only split_heads and merge_heads.
     n = name.lower()
     table = ([("hgemm", "GEMM"), ("flash_attn_bwd", "attention backward"), ("flash_attn", "attention forward"),
               ("layernorm", "LayerNorm"), ("gelu", "bias+GELU"), ("softmax_cross_entropy", "cross-entropy"),

@@ -79,16 +79,6 @@ def position_backward(k, rng):
     return host(out), d.sum(axis=0), batch * U32 * np.abs(d).sum(axis=0)
 
 
-def residual_add(k, rng):
-    rows, cols = 9, 37
-    x, y = rng.standard_normal((rows, cols), np.float32), rng.standard_normal((rows, cols), np.float32)
-    b = rng.standard_normal(cols, np.float32)
-    out = cudl.poisoned((rows, cols))
-    k((2,), 256, (out, dev(x), dev(y), dev(b), rows, cols))
-    ref = x.astype(np.float64) + y + b
-    return host(out), ref, 2 * U32 * (np.abs(x) + np.abs(y) + np.abs(b))
-
-
 def block_sum(k, rng):
     n, parts = 10007, 7
     x = rng.standard_normal(n, np.float32)
@@ -113,9 +103,49 @@ def grad_unscale_clip(k, rng):
     return got, ref, 8 * U32 * np.abs(ref)  # sqrt, divide, min, multiply: a few roundings of the factor
 
 
+def bias_grad_reduce(k, rng):
+    parts, cols = 70, 37  # more parts than the 32 lanes (each lane adds 2 or 3), a partial block of columns
+    part = rng.standard_normal((parts, cols), np.float32)
+    out = cudl.poisoned(cols)
+    k((2,), (32, 32), (dev(part), parts, cols, out))
+    p = part.astype(np.float64)
+    return host(out), p.sum(axis=0), parts * U32 * np.abs(p).sum(axis=0)
+
+
+def layernorm_backward_add(k, rng):
+    """dx = acc + LayerNorm's input gradient on 13 rows x 44 columns (11 float4 on a 32-thread block) in 3
+    parts (the row loop runs), dw and db from the partials through fused_rows' reduce; all against float64."""
+    rows, cols, parts = 13, 44, 3
+    x, dy, acc = (rng.standard_normal((rows, cols), np.float32) for _ in range(3))
+    w = rng.standard_normal(cols, np.float32)
+    x64 = x.astype(np.float64)
+    mean = x64.mean(axis=1).astype(np.float32)
+    rstd = (1 / np.sqrt(x64.var(axis=1) + gt.LN_EPS)).astype(np.float32)
+    dx, dw_part, db_part = cudl.poisoned((rows, cols)), cudl.poisoned((parts, cols)), cudl.poisoned((parts, cols))
+    dx[...] = dev(acc)  # in place: dx += LayerNorm's gradient
+    k((parts,), 32, (dev(dy), dev(x), dev(w), dev(mean), dev(rstd), dx, dx, dw_part, db_part, rows, cols))
+    dw, db = cudl.poisoned(cols), cudl.poisoned(cols)
+    cudl.load("07-fusion/fused_rows.cu", "layernorm_backward_reduce<float>")(
+        (2,), (32, 8), (dw_part, db_part, dw, db, parts, cols))
+    mu, r, d = mean.astype(np.float64)[:, None], rstd.astype(np.float64)[:, None], dy.astype(np.float64)
+    xh, g = (x64 - mu) * r, d * w
+    mg, mgx = g.mean(axis=1, keepdims=True), (g * xh).mean(axis=1, keepdims=True)
+    ln = r * (g - mg - xh * mgx)
+    # each sum adds cols (dx) or rows + parts (dw, db) fp32 terms; xhat and g are a few roundings each
+    bound_dx = (cols + 8) * U32 * r * (np.abs(g) + np.abs(g).mean(axis=1, keepdims=True)
+                                       + np.abs(xh) * np.abs(g * xh).mean(axis=1, keepdims=True))
+    bound_dx += 2 * U32 * (np.abs(acc) + np.abs(ln))
+    got = np.concatenate([host(dx).ravel(), host(dw), host(db)])
+    ref = np.concatenate([(acc + ln).ravel(), (d * xh).sum(axis=0), d.sum(axis=0)])
+    bound = np.concatenate([bound_dx.ravel(), (rows + parts + 8) * U32 * np.abs(d * xh).sum(axis=0),
+                            (rows + parts) * U32 * np.abs(d).sum(axis=0)])
+    return got, ref, bound
+
+
 CASES = {"embedding_forward": embedding_forward, "embedding_backward": embedding_backward,
-         "position_backward": position_backward, "residual_add": residual_add, "block_sum": block_sum,
-         "grad_unscale_clip": grad_unscale_clip}
+         "position_backward": position_backward, "block_sum": block_sum,
+         "grad_unscale_clip": grad_unscale_clip, "bias_grad_reduce": bias_grad_reduce,
+         "layernorm_backward_add": layernorm_backward_add}
 
 
 def failures(name: str, source: str | None = None) -> str | None:
@@ -150,51 +180,161 @@ def test_embedding_backward_is_deterministic():
     assert np.array_equal(outs[0], outs[1])
 
 
-def cast_case(source: str | None = None, both: bool = True) -> str | None:
-    """cast_transpose on 45 x 77 (partial tiles both ways): y = fp16(scale x) exactly, yt = y^T."""
-    rng = np.random.default_rng()
-    rows, cols, scale = 45, 77, 3.0
-    x = rng.standard_normal((rows, cols), np.float32)
-    y, yt = cudl.poisoned((rows, cols), np.float16), cudl.poisoned((cols, rows), np.float16)
-    load("cast_transpose", source)((3, 2), (32, 8), (dev(x), y, yt if both else None, rows, cols, scale))
-    ref = (np.float32(scale) * x).astype(np.float16)
-    if not np.array_equal(host(y), ref):
-        return "y differs from fp16(scale x)"
-    if both and not np.array_equal(host(yt), ref.T):
-        return "yt differs from the transpose of fp16(scale x)"
-    if not both and not np.isnan(host(yt)).all():
-        return "yt written though null"
+def column_sums(part, parts: int, cols: int):
+    """bias_grad_reduce of the first `parts` rows of a per-tile column-sum buffer."""
+    out = cudl.poisoned(cols)
+    load("bias_grad_reduce")((gt.cdiv(cols, 32),), (32, 32), (part, parts, cols, out))
+    return host(out)
+
+
+def sums_failure(what: str, got, terms: np.ndarray, slack: np.ndarray | float = 0.0) -> str | None:
+    """got against the float64 column sums of `terms`, within (rows + 32 lanes) u32 times the sum of the
+    magnitudes (each sum adds at most that many fp32 terms in turn), plus `slack` per column (the terms' own
+    fp32 error)."""
+    t = terms.astype(np.float64)
+    err, bound = np.abs(got - t.sum(axis=0)), (len(t) + 32) * U32 * np.abs(t).sum(axis=0) + slack
+    if not (err <= bound).all():
+        i = int(np.argmax(~(err <= bound)))
+        return f"{what}: column {i} {got[i]!r}, float64 {t[:, i].sum()!r}"
     return None
 
 
-@pytest.mark.parametrize("both", [True, False], ids=["with-transpose", "no-transpose"])
-def test_cast_transpose(both):
-    msg = cast_case(both=both)
+ERF = np.vectorize(__import__("math").erf)
+
+
+def cast_case(source: str | None = None, both: bool = True, cols: int = 77, kind: str = "plain") -> str | None:
+    """cast_transpose on 45 x cols (partial tiles both ways; odd cols: the one-column path) with its epilogue
+    (kind: plain v = scale x, gelu v = scale gelu(x + b), grad v = scale x gelu'(pre + b)): y = fp16(v), yt =
+    y^T, and the per-tile column sums of v, reduced. Plain: exact. GELU: v's fp32 error (erf, exp and a few
+    roundings: 16 u32 of its terms) plus fp16's half ulp."""
+    rng = np.random.default_rng()
+    rows, scale = 45, 3.0
+    x, pre = (rng.standard_normal((rows, cols), np.float32) for _ in range(2))
+    b = rng.standard_normal(cols, np.float32)
+    y, yt = cudl.poisoned((rows, cols), np.float16), cudl.poisoned((cols, rows), np.float16)
+    part = cudl.poisoned((2, cols))
+    args = {"plain": (None, None), "gelu": (None, dev(b)), "grad": (dev(pre), dev(b))}[kind]
+    load("cast_transpose", source)((gt.cdiv(cols, 64), 2), (32, 8),
+                                   (dev(x), *args, y, yt if both else None, part, rows, cols, scale))
+    x64, s64 = x.astype(np.float64), np.float64(scale)
+    if kind == "plain":
+        v, err32 = (np.float32(scale) * x).astype(np.float64), 0.0  # exactly the fp32 product
+    elif kind == "gelu":
+        u = x64 + b
+        v, err32 = s64 * 0.5 * u * (1 + ERF(u / np.sqrt(2))), 16 * U32 * s64 * (np.abs(x64) + np.abs(b))
+    else:
+        u = pre.astype(np.float64) + b
+        cdf, pdf = 0.5 * (1 + ERF(u / np.sqrt(2))), np.exp(-0.5 * u * u) / np.sqrt(2 * np.pi)
+        v = s64 * x64 * (cdf + u * pdf)
+        err32 = 16 * U32 * s64 * np.abs(x64) * (cdf + np.abs(u) * pdf + np.abs(u))
+    got = host(y).astype(np.float64)
+    if not (np.abs(got - v) <= 2.0**-11 * (np.abs(v) + err32) + 2.0**-25 + err32).all():
+        return "y differs from fp16(v)"
+    if both and not np.array_equal(host(yt), host(y).T):
+        return "yt differs from the transpose of y"
+    if not both and not np.isnan(host(yt)).all():
+        return "yt written though null"
+    return sums_failure("cast_transpose column sums", column_sums(part, 2, cols), v,
+                        np.sum(err32 * np.ones_like(v), axis=0))
+
+
+@pytest.mark.parametrize(("kind", "both", "cols"), [("plain", True, 77), ("plain", False, 77), ("plain", True, 130),
+                                                    ("plain", False, 130), ("gelu", True, 77), ("grad", False, 130)])
+def test_cast_transpose(kind, both, cols):
+    msg = cast_case(both=both, cols=cols, kind=kind)
     assert msg is None, msg
 
 
-def heads_case(source: str | None = None) -> str | None:
-    """split_heads with bias (3 parts) into fp16 [B H, S, hd], exact, and merge_heads back, exact."""
+def test_bias_sums_are_deterministic():
+    """cast_transpose's column sums and their reduce, twice on the same input: the same bits."""
     rng = np.random.default_rng()
-    batch, seq, heads, hd = 2, 5, 3, 8
+    rows, cols = 300, 96
+    x, y = dev(rng.standard_normal((rows, cols), np.float32)), cudl.poisoned((rows, cols), np.float16)
+    outs = []
+    for _ in range(2):
+        part = cudl.poisoned((gt.cdiv(rows, 32), cols))
+        load("cast_transpose")((2, gt.cdiv(rows, 32)), (32, 8), (x, None, None, y, None, part, rows, cols, 1.0))
+        outs.append(column_sums(part, gt.cdiv(rows, 32), cols))
+    assert np.array_equal(outs[0], outs[1])
+
+
+def residual_layernorm_case(source: str | None = None, residual: bool = True, transpose: bool = True) -> str | None:
+    """residual_layernorm on 21 rows (a full tile of 16 and a partial one) x 256 (2 float4 per lane): res = x + y
+    + bias within 2 u32, mean and rstd within (cols + 8) u32 of float64 (sums of cols terms), h = fp16 of the
+    float64 LayerNorm within that error plus fp16's half ulp, ht = h^T."""
+    rng = np.random.default_rng()
+    rows, cols = 21, 256
+    x, y = (rng.standard_normal((rows, cols), np.float32) for _ in range(2))
+    bias, w, b = (rng.standard_normal(cols, np.float32) for _ in range(3))
+    res, h, ht = cudl.poisoned((rows, cols)), cudl.poisoned((rows, cols), np.float16), cudl.poisoned((cols, rows),
+                                                                                                     np.float16)
+    mean, rstd = cudl.poisoned(rows), cudl.poisoned(rows)
+    extra = (dev(y), dev(bias), res) if residual else (None, None, None)
+    load("residual_layernorm", source)((2,), 128, (dev(x), *extra, dev(w), dev(b), h, ht if transpose else None,
+                                                   mean, rstd, rows, cols, gt.LN_EPS), shared_mem=16 * (cols + 2) * 2)
+    v = x.astype(np.float64) + ((y.astype(np.float64) + bias) if residual else 0)
+    mag = np.abs(x) + ((np.abs(y) + np.abs(bias)) if residual else 0)
+    if residual and not (np.abs(host(res) - v) <= 2 * U32 * mag).all():
+        return "res differs from x + y + bias"
+    mu, sd = v.mean(axis=1), np.sqrt(v.var(axis=1) + gt.LN_EPS)
+    tol = (cols + 8) * U32
+    if not (np.abs(host(mean) - mu) <= tol * np.abs(v).mean(axis=1) + 2 * U32 * mag.mean(axis=1)).all():
+        return "mean differs"
+    if not (np.abs(host(rstd) * sd - 1) <= tol * (1 + (mag / sd[:, None]).max(axis=1))).all():
+        return "rstd differs"
+    xh = (v - mu[:, None]) / sd[:, None]
+    ref = xh * w + b
+    err32 = tol * (1 + (mag / sd[:, None]).max(axis=1, keepdims=True)) * (np.abs(xh) + 1) * np.abs(w) + 2 * U32 * (
+        np.abs(xh * w) + np.abs(b))
+    got = host(h).astype(np.float64)
+    if not (np.abs(got - ref) <= 2.0**-11 * (np.abs(ref) + err32) + 2.0**-25 + err32).all():
+        return "h differs from fp16 of the LayerNorm"
+    if transpose and not np.array_equal(host(ht), host(h).T):
+        return "ht differs from the transpose of h"
+    if not transpose and not np.isnan(host(ht)).all():
+        return "ht written though null"
+    return None
+
+
+@pytest.mark.parametrize(("residual", "transpose"), [(True, True), (False, False)])
+def test_residual_layernorm(residual, transpose):
+    msg = residual_layernorm_case(residual=residual, transpose=transpose)
+    assert msg is None, msg
+
+
+HEADS_SHAPES = [(2, 37, 3, 8), (1, 40, 2, 64)]  # batch, seq, heads, hd: seq not a multiple of the 32-tile
+
+
+def heads_case(source: str | None = None, shape: tuple[int, int, int, int] = HEADS_SHAPES[0]) -> str | None:
+    """split_heads with bias (3 parts) into fp16 [B H, S, hd], exact (8-thread blocks: the row loop runs),
+    and merge_heads back to fp16 rows, exact, with the transposed copy and the column sums."""
+    rng = np.random.default_rng()
+    batch, seq, heads, hd = shape
     C, rows = heads * hd, batch * seq
     src = rng.standard_normal((rows, 3 * C), np.float32)
     bias = rng.standard_normal(3 * C, np.float32)
     outs = [cudl.poisoned((batch * heads, seq, hd), np.float16) for _ in range(3)]
-    load("split_heads", source)((2,), 256, (dev(src), dev(bias), *outs, batch, seq, heads, hd, 3))
-    ref = (src + bias).astype(np.float16).reshape(batch, seq, 3, heads, hd).transpose(2, 0, 3, 1, 4)
+    load("split_heads", source)((rows,), 8, (dev(src), dev(bias), *outs, batch, seq, heads, hd, 3))
+    rows16 = (src + bias).astype(np.float16)
+    ref = rows16.reshape(batch, seq, 3, heads, hd).transpose(2, 0, 3, 1, 4)
     for p in range(3):
         if not np.array_equal(host(outs[p]), ref[p].reshape(batch * heads, seq, hd)):
             return f"split_heads: part {p} differs"
-    back = cudl.poisoned((rows, 3 * C))
-    load("merge_heads", source)((2,), 256, (*outs, back, batch, seq, heads, hd, 3))
-    if not np.array_equal(host(back), (src + bias).astype(np.float16).astype(np.float32)):
+    tiles = batch * gt.cdiv(seq, 32)
+    y, yt, part = (cudl.poisoned((rows, 3 * C), np.float16), cudl.poisoned((3 * C, rows), np.float16),
+                   cudl.poisoned((tiles, 3 * C)))
+    load("merge_heads", source)((gt.cdiv(seq, 32), batch * heads, 3), 256,
+                                (*outs, y, yt, part, batch, seq, heads, hd, 3))
+    if not np.array_equal(host(y), rows16):
         return "merge_heads does not invert split_heads"
-    return None
+    if not np.array_equal(host(yt), rows16.T):
+        return "merge_heads: yt differs from the transpose"
+    return sums_failure("merge_heads column sums", column_sums(part, tiles, 3 * C), rows16)
 
 
-def test_split_and_merge_heads():
-    msg = heads_case()
+@pytest.mark.parametrize("shape", HEADS_SHAPES, ids=["hd8", "hd64"])
+def test_split_and_merge_heads(shape):
+    msg = heads_case(shape=shape)
     assert msg is None, msg
 
 
@@ -205,17 +345,42 @@ MUTANTS = {
                                                        "dwte[(long long)v * C + c] = acc;", "k"),
     "embedding_backward: last row of a token lost": ("i < end; i++", "i < end - 1; i++", "k"),
     "position_backward: last sequence lost": ("b < batch; b++", "b < batch - 1; b++", "k"),
-    "residual_add: bias left out": ("(bias ? bias[i % cols] : 0.f)", "0.f", "k"),
+    "residual_layernorm: bias left out": ("if (bias) {\n                    const float4 e",
+                                          "if (!bias) {\n                    const float4 e", "resln"),
+    "residual_layernorm: variance about 0": ("make_float4(v[k].x - mu, v[k].y - mu, v[k].z - mu, v[k].w - mu)",
+                                             "make_float4(v[k].x, v[k].y, v[k].z, v[k].w)", "resln"),
+    "residual_layernorm: last row of a tile lost": ("i < LN_ROWS; i += blockDim.x / WARP",
+                                                    "i < LN_ROWS - 1; i += blockDim.x / WARP", "resln"),
+    "residual_layernorm: no barrier": ("    __syncthreads();\n    // thread t: row t % 16",
+                                       "    // thread t: row t % 16", "resln-race"),
     "block_sum: squares left out": ("square ? x[i] * x[i] : x[i]", "x[i]", "k"),
     "grad_unscale_clip: never clips": ("fminf(1.f, max_norm", "fmaxf(1.f, max_norm", "k"),
-    "cast_transpose: tile read unflipped": ("__float2half_rn(tile[threadIdx.x][i])",
-                                            "__float2half_rn(tile[i][threadIdx.x])", "cast"),
-    "cast_transpose: no barrier": ("    __syncthreads();\n    for (int i = threadIdx.y", "    for (int i = threadIdx.y",
-                                   "cast-race"),
-    "split_heads: heads swapped with rows": ("h = col % C / hd, d = col % hd;\n        const long long b = r / seq, "
-                                             "s = r % seq;\n        __half*",
-                                             "h = col % C / hd, d = col % hd;\n        const long long b = r % seq, "
-                                             "s = r / seq;\n        __half*", "heads"),
+    "bias_grad_reduce: last lane left out": ("k < WARP; k++) s += sums", "k < WARP - 1; k++) s += sums", "k"),
+    "layernorm_backward_add: residual gradient not added": ("if (acc) {", "if (!acc) {", "k"),
+    "layernorm_backward_add: mean(g xhat) term dropped": ("r * (g.w - mg - xh.w * mgx)", "r * (g.w - mg)", "k"),
+    "layernorm_backward_add: db partial misses a row": ("db = make_float4(db.x + d.x",
+                                                        "if (row + gridDim.x < rows) db = make_float4(db.x + d.x",
+                                                        "k"),
+    "cast_transpose: second column's value lost": ("tile[i][2 * threadIdx.x + 1] = v1;",
+                                                   "tile[i][2 * threadIdx.x + 1] = v0;", "cast"),
+    "cast_transpose: no barrier": ("    __syncthreads();\n    if (yt) {\n#pragma unroll",
+                                   "    if (yt) {\n#pragma unroll", "cast-race"),
+    "cast_transpose: last tile row left out of the sums": ("i < TILE_ROWS; i++) acc += tile[i][j]",
+                                                           "i < TILE_ROWS - 1; i++) acc += tile[i][j]", "cast"),
+    "cast_transpose: GELU's bias left out": ("gelu_erf(x + bias)", "gelu_erf(x)", "cast-gelu"),
+    "cast_transpose: GELU's derivative at x, not at pre": ("gelu_erf_grad(pre + bias)", "gelu_erf_grad(x + bias)",
+                                                           "cast-grad"),
+    "cast_transpose: padding of a GELU tile not zeroed": (
+        "const float v1 = in1 ? epilogue(v[k].y, u[k].y, b.y, kind, scale) : 0.f;",
+        "const float v1 = epilogue(v[k].y, u[k].y, b.y, kind, scale);", "cast-gelu"),
+    "split_heads: heads swapped with rows": ("r = blockIdx.x, b = r / seq, s = r - b * seq;",
+                                             "r = blockIdx.x, s = r / seq, b = r - s * seq;", "heads"),
+    "merge_heads: part 2 read from part 1": ("(p == 0 ? src0 : p == 1 ? src1 : src2);",
+                                             "(p == 0 ? src0 : p == 1 ? src1 : src1);", "heads"),
+    "merge_heads: yt of the first sequence only": ("rows + b * seq + s0 + s] = tile[s][d]",
+                                                   "rows + s0 + s] = tile[s][d]", "heads"),
+    "merge_heads: last position left out of the sums": ("s < WARP; s++) acc +=", "s < WARP - 1; s++) acc +=",
+                                                        "heads"),
 }
 KERNEL_OF = {m: m.split(":")[0] for m in MUTANTS}
 
@@ -223,12 +388,14 @@ KERNEL_OF = {m: m.split(":")[0] for m in MUTANTS}
 @pytest.mark.parametrize("mutant", MUTANTS)
 def test_check_fails_on_mutants(mutant, mutated_kernel):
     old, new, check = MUTANTS[mutant]
-    src = mutated_kernel("15-capstone", "gpt_ops", old, new, race=check == "cast-race")
+    src = mutated_kernel("15-capstone", "gpt_ops", old, new, race=check.endswith("-race"))
     try:
         if check == "k":
             msg = failures(KERNEL_OF[mutant], src)
+        elif check.startswith("resln"):
+            msg = residual_layernorm_case(src)
         elif check.startswith("cast"):
-            msg = cast_case(src)
+            msg = cast_case(src, kind={"cast-gelu": "gelu", "cast-grad": "grad"}.get(check, "plain"))
         else:
             msg = heads_case(src)
     except cudl.KernelFault as fault:  # the race check stops the launch
