@@ -99,6 +99,11 @@ def shown_kernel_files() -> list[Path]:
 # Wide lines that wait for their notebooks' next GPU run: breaking one changes the file, which makes every
 # notebook that uses it stale (cudl.nbtools code_hash). Each entry must go when its line is fixed.
 KNOWN_WIDE: dict[str, str] = {}
+# The same for a whole file: every wide line of it waits (the entry must go when none is left).
+KNOWN_WIDE_FILES: dict[str, str] = {
+    "kernels_src/15-capstone/gpt_train.py": "written at 120 columns before chapter 15 showed its forward(); "
+    "rewrapped to 90 with the chapter's next GPU run (it makes chapter 15 and its solution stale)",
+}
 
 
 def test_shown_code_fits_the_page() -> None:
@@ -107,8 +112,11 @@ def test_shown_code_fits_the_page() -> None:
     assert any(p.suffix == ".py" for p in files), "the shown-file pattern no longer finds triton_rows.py"
     found = {f"{p.relative_to(ROOT)}:{i}": len(line) for p in files
              for i, line in enumerate(p.read_text().splitlines(), 1) if len(line) > CODE_WIDTH}
-    wide = [f"{where}: {n} columns" for where, n in found.items() if where not in KNOWN_WIDE]
+    waiting = {where for where in found if where.rsplit(":", 1)[0] in KNOWN_WIDE_FILES}
+    wide = [f"{where}: {n} columns" for where, n in found.items() if where not in KNOWN_WIDE and where not in waiting]
     wide += [f"{where} is no longer wide: remove it from KNOWN_WIDE" for where in KNOWN_WIDE if where not in found]
+    wide += [f"{file} has no wide line left: remove it from KNOWN_WIDE_FILES" for file in KNOWN_WIDE_FILES
+             if not any(where.rsplit(":", 1)[0] == file for where in found)]
     assert not wide, (f"lines wider than {CODE_WIDTH} columns (break the parameter list or the "
                       "expression, move a trailing comment above its line):\n" + "\n".join(wide))
 
