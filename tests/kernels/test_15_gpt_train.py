@@ -142,10 +142,19 @@ def layernorm_backward_add(k, rng):
     return got, ref, bound
 
 
+def split_k_reduce(k, rng):
+    slices, n = 5, 4 * 331  # 331 float4 on one block of 256 threads: the grid-stride loop runs
+    part = rng.standard_normal((slices, n), np.float32)
+    out = cudl.poisoned(n)
+    k((1,), 256, (dev(part), slices, n, out))
+    p = part.astype(np.float64)
+    return host(out), p.sum(axis=0), slices * U32 * np.abs(p).sum(axis=0)
+
+
 CASES = {"embedding_forward": embedding_forward, "embedding_backward": embedding_backward,
          "position_backward": position_backward, "block_sum": block_sum,
          "grad_unscale_clip": grad_unscale_clip, "bias_grad_reduce": bias_grad_reduce,
-         "layernorm_backward_add": layernorm_backward_add}
+         "layernorm_backward_add": layernorm_backward_add, "split_k_reduce": split_k_reduce}
 
 
 def failures(name: str, source: str | None = None) -> str | None:
@@ -355,6 +364,8 @@ MUTANTS = {
                                        "    // thread t: row t % 16", "resln-race"),
     "block_sum: squares left out": ("square ? x[i] * x[i] : x[i]", "x[i]", "k"),
     "grad_unscale_clip: never clips": ("fminf(1.f, max_norm", "fmaxf(1.f, max_norm", "k"),
+    "split_k_reduce: last slice left out": ("j < slices; j++", "j < slices - 1; j++", "k"),
+    "split_k_reduce: a slice read twice": ("p[j * n4 + i]", "p[(j - 1) * n4 + i]", "k"),
     "bias_grad_reduce: last lane left out": ("k < WARP; k++) s += sums", "k < WARP - 1; k++) s += sums", "k"),
     "layernorm_backward_add: residual gradient not added": ("if (acc) {", "if (!acc) {", "k"),
     "layernorm_backward_add: mean(g xhat) term dropped": ("r * (g.w - mg - xh.w * mgx)", "r * (g.w - mg)", "k"),
