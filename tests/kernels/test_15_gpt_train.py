@@ -581,3 +581,133 @@ def test_gpu_check_sections_run_on_the_emulator(toy, monkeypatch):
     out = gpu_check.results["sections"]["train"]
     assert out["book"]["steps"] == 3 and out["twin_eager_bf16"]["steps"] == 3
     assert len(out["book"]["val_loss"]) == 3 and all(np.isfinite(v) for _, v in out["book"]["val_loss"])
+
+
+# ------------------------------------------------------------------------------------ split-K
+
+
+def test_choose_split_k_on_an_h200():
+    """choose_split_k's model on 132 SMs, K = 16384 (256 steps of 64): the numbers of its docstring, and every
+    choice keeps SPLIT_MIN_STEPS steps per slice."""
+    assert [gt.choose_split_k(t, 256, 132) for t in (18, 54, 72, 1182)] == [7, 2, 5, 1]
+    assert gt.choose_split_k(384, 48, 132) == 1  # a dX product (M = T): hundreds of tiles already
+    for tiles in range(1, 400, 7):
+        for steps in (8, 16, 40, 256, 1024):
+            s = gt.choose_split_k(tiles, steps, 132)
+            assert s == 1 or steps // s >= gt.SPLIT_MIN_STEPS
+
+
+def test_k_slices_cover_k_in_whole_steps():
+    for K, s, step in ((16384, 7, 64), (128, 3, 32), (448, 3, 64), (64, 1, 64)):
+        b = gt.k_slices(K, s, step)
+        assert len(b) == s and b[0][0] == 0 and b[-1][1] == K
+        assert all(k1 == n0 for (_, k1), (n0, _) in zip(b, b[1:]))
+        sizes = [(k1 - k0) // step for k0, k1 in b]
+        assert all(k0 % step == 0 and (k1 - k0) % step == 0 for k0, k1 in b) and max(sizes) - min(sizes) <= 1
+    for K, s, step in ((128, 5, 32), (100, 2, 32), (64, 0, 64)):
+        with pytest.raises(ValueError, match="split-K"):
+            gt.k_slices(K, s, step)
+
+
+def test_split_k_gradients_match_the_unsplit_step():
+    """The toy step with split_k=3 (kernel 3's path: slices of 1, 1, 2 K steps of 32, A's slices copied) against
+    split_k=1 on the same parameters and batch: every gradient but the blocks' matrices bit for bit (nothing
+    downstream reads a dW), each matrix's dW within (2K + s) u32 of sum_k |a_ik b_kj| of its own fp16 operands
+    (two fp32 sums of K exact fp16 products in different orders, and the s - 1 adds of the reduce). The
+    partials start as NaN: an unwritten one shows."""
+    seed = int(np.random.default_rng().integers(2**31))
+    params = gt.init_params(gt.TOY, seed)
+    x, y = gt.Batches(gt.corpus("book"), BATCH, gt.TOY.seq, seed=seed).next()
+    ref = gt.Model(gt.TOY, BATCH, params, split_k=1)
+    ref.forward_backward(x, y)
+    model = gt.Model(gt.TOY, BATCH, params, split_k=3)
+    assert model.splits == dict.fromkeys(gt.MATRICES, 3)
+    model.partials[...] = np.nan
+    operands, gemm = [], model.gemm
+
+    def spy(a, b, c, M, N, K, split=False):
+        if split:
+            operands.append((host(a).reshape(M, K).astype(np.float64), host(b).reshape(K, N).astype(np.float64), c))
+        gemm(a, b, c, M, N, K, split=split)
+
+    model.gemm = spy
+    model.forward_backward(x, y)
+    assert len(operands) == 4 * gt.TOY.layers
+    got, want = host(model.g), host(ref.g)
+    bounds = {}
+    for a, b, c in operands:
+        name = next(n for n in model.offsets if np.shares_memory(c, model.view(model.g, n)))
+        bounds[name] = (2 * a.shape[1] + 3) * U32 * (np.abs(a) @ np.abs(b))
+    bad = []
+    for name in model.offsets:
+        g1, g2 = host(model.view(model.g, name)), host(ref.view(ref.g, name))
+        if name not in bounds:
+            if not np.array_equal(g1, g2):
+                bad.append(f"{name}: differs, though split-K does not compute it")
+        elif not (np.abs(g1.astype(np.float64) - g2) <= bounds[name]).all():
+            bad.append(f"{name}: split-K's dW outside the fp32 reassociation bound")
+    assert not bad and got.shape == want.shape, f"seed {seed}:\n" + "\n".join(bad)
+
+
+def test_split_k_on_kernel_5_streams_and_slices(monkeypatch):
+    """Kernel 5's split-K path with its launches and CuPy's streams faked (no GPU here): slice j reads the
+    column range A[:, k0:k1] (a view with A's row stride, which tensor_map_args accepts) and the rows
+    B[k0:k1], writes partial j; slice 0 runs on the current stream, slice j on side stream j - 1, after that
+    stream waited for the fork event recorded on the current one; the current stream waits for every slice's
+    event, then the reduce sums the partials: the result is A B within (K + s) u32 of sum |a b|."""
+    import types
+
+    from cudl.tma import tensor_map_args
+
+    model = gt.Model(gt.TOY, BATCH, gt.init_params(gt.TOY, 0), split_k=1)
+    log, current = [], ["main"]
+
+    class Stream:
+        def __init__(self, name):
+            self.name = name
+
+        def __enter__(self):
+            current.append(self.name)
+
+        def __exit__(self, *exc):
+            current.pop()
+
+        def wait_event(self, ev):
+            log.append(("wait", self.name, ev.name))
+
+    class Event:
+        def __init__(self, name):
+            self.name = name
+
+        def record(self, stream):
+            log.append(("record", stream.name, self.name))
+
+    monkeypatch.setitem(sys.modules, "cupy", types.SimpleNamespace(
+        cuda=types.SimpleNamespace(get_current_stream=lambda: Stream(current[-1]))))
+    s, (M, N, K) = 3, (128, 256, 7 * 64)  # slices of 2, 2 and 3 steps
+    model.wgmma, model.streams = True, [Stream("side0"), Stream("side1")]
+    model.events = [Event(f"e{j}") for j in range(s)]
+    model.partials = cudl.poisoned(s * M * N)
+
+    def launcher5(a, b, c):
+        assert a.base is not None and a.strides[0] == K * 2  # a view of A, rows K apart
+        tensor_map_args(a.shape, a.strides, a.itemsize, a.ctypes.data, (128, 64))  # raises if TMA cannot
+
+        def run():
+            j = [p.ctypes.data for p in parts].index(c.ctypes.data)
+            log.append(("slice", current[-1], j, a.shape[1]))
+            c[...] = a.astype(np.float32) @ b.astype(np.float32)
+        return run
+
+    parts = model.partials.reshape(s, M, N)
+    monkeypatch.setattr(model, "launcher5", launcher5)
+    rng = np.random.default_rng()
+    a, b = rng.standard_normal((M, K)).astype(np.float16), rng.standard_normal((K, N)).astype(np.float16)
+    c = cudl.poisoned((M, N))
+    model.gemm_split(a, b, c, M, N, K, s)
+    assert log == [("record", "main", "e0"), ("wait", "side0", "e0"), ("wait", "side1", "e0"),
+                   ("slice", "main", 0, 128), ("slice", "side0", 1, 128), ("record", "side0", "e1"),
+                   ("slice", "side1", 2, 192), ("record", "side1", "e2"),
+                   ("wait", "main", "e1"), ("wait", "main", "e2")]
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    assert (np.abs(host(c) - a64 @ b64) <= (K + s) * U32 * (np.abs(a64) @ np.abs(b64))).all()
