@@ -499,3 +499,68 @@ def test_unseeded_draws_come_from_the_printed_seed(request):
     assert np.array_equal(first, conftest._real_default_rng(children[0]).standard_normal(4))
     assert np.array_equal(second, conftest._real_default_rng(children[1]).standard_normal(4))
     assert not np.array_equal(first, second)
+
+
+def test_tma_args_of_a_column_range():
+    """tensor_map_args of a column range a[:, k0:k1] of a row-major fp16 matrix (split-K's A slice): the view's
+    own columns and rows, the parent's row stride in bytes, the box innermost first."""
+    from cudl.tma import tensor_map_args
+
+    a = np.zeros((256, 1024), np.float16)
+    v = a[:, 192:512]
+    dims, strides, box = tensor_map_args(v.shape, v.strides, v.itemsize, 0x7f0000000000 + 192 * 2, (128, 64))
+    assert dims == [320, 256] and strides == [1024 * 2] and box == [64, 128]
+    assert tensor_map_args(a.shape, a.strides, 2, 0x100, (64, 64)) == ([1024, 256], [2048], [64, 64])
+
+
+@pytest.mark.parametrize(("view", "ptr", "rule"), [
+    (lambda a: a[:, ::2], 0x100, "column stride"),   # elements not contiguous in a row
+    (lambda a: a[:, 8:], 0x110, "row stride"),       # rows 2 x 1004 bytes apart: not a multiple of 16
+    (lambda a: a.T, 0x100, "column stride"),         # a transpose: the columns are rows apart
+    (lambda a: a[:, 1:9], 0x102, "16-byte aligned")])  # one element into a 16-byte word
+def test_tma_args_refuse_what_tma_cannot_read(view, ptr, rule):
+    from cudl.tma import tensor_map_args
+
+    v = view(np.zeros((64, 1024 if rule == "16-byte aligned" else 1004), np.float16))
+    with pytest.raises(ValueError, match=rule):
+        tensor_map_args(v.shape, v.strides, v.itemsize, ptr, (64, 64))
+
+
+def test_tensor_map_2d_passes_a_strided_view_to_the_driver(monkeypatch):
+    """tensor_map_2d of a strided view (fake driver and CuPy): the view's address, dims and row stride reach
+    cuTensorMapEncodeTiled, and its 16 words come back as a uint64 array."""
+    import sys
+    import types
+
+    from cudl.tma import tensor_map_2d
+
+    seen = {}
+
+    def encode(dtype, rank, ptr, dims, strides, box, elem, *modes):
+        seen.update(rank=rank, ptr=ptr, dims=dims, strides=strides, box=box)
+        return "ok", types.SimpleNamespace(opaque=list(range(16)))
+
+    names = ("CUtensorMapDataType", "CUtensorMapInterleave", "CUtensorMapSwizzle", "CUtensorMapL2promotion",
+             "CUtensorMapFloatOOBfill")
+    driver = types.SimpleNamespace(cuTensorMapEncodeTiled=encode, cuuint64_t=int, cuuint32_t=int,
+                                   CUresult=types.SimpleNamespace(CUDA_SUCCESS="ok"),
+                                   **{n: types.SimpleNamespace(**{k: k for k in (
+                                       "CU_TENSOR_MAP_DATA_TYPE_FLOAT16", "CU_TENSOR_MAP_DATA_TYPE_UINT8",
+                                       "CU_TENSOR_MAP_INTERLEAVE_NONE", "CU_TENSOR_MAP_SWIZZLE_128B",
+                                       "CU_TENSOR_MAP_SWIZZLE_NONE", "CU_TENSOR_MAP_L2_PROMOTION_L2_256B",
+                                       "CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE")}) for n in names})
+    monkeypatch.setitem(sys.modules, "cuda", types.SimpleNamespace())
+    monkeypatch.setitem(sys.modules, "cuda.bindings", types.SimpleNamespace(driver=driver))
+    monkeypatch.setitem(sys.modules, "cuda.bindings.driver", driver)
+    monkeypatch.setitem(sys.modules, "cupy", types.SimpleNamespace(asarray=np.asarray))
+
+    class View:  # what a CuPy view a[:, 64:192] of a [128, 4096] fp16 matrix at 0x10000 shows
+        shape, strides, dtype, itemsize, ndim = (128, 128), (8192, 2), np.dtype(np.float16), 2, 2
+        data = types.SimpleNamespace(ptr=0x10000 + 64 * 2)
+
+    words = tensor_map_2d(View(), (128, 64))
+    assert seen == dict(rank=2, ptr=0x10000 + 128, dims=[128, 128], strides=[8192], box=[64, 128])
+    assert words.dtype == np.uint64 and words.tolist() == list(range(16))
+    View.strides = (8190, 2)
+    with pytest.raises(ValueError, match="row stride"):
+        tensor_map_2d(View(), (128, 64))

@@ -34,6 +34,10 @@
 //                        gradient norm in two launches
 //   grad_unscale_clip    g *= min(1, max_norm / (||g|| + 1e-6)) / loss_scale, reading
 //                        ||g||^2 from device memory (no host round trip: graphs hold it)
+//   split_k_reduce       out = part[0] + part[1] + ... + part[s - 1], in that order: the
+//                        weight gradients computed as s GEMMs over slices of K (more
+//                        blocks than their few output tiles) summed without atomics, the
+//                        same bits at every run; (s + 1) x 4 bytes per element
 // Limit: all memory-bound (a few bytes per element): target the copy bandwidth. What
 // keeps them there: 16 bytes per thread in flight (about 2048 threads x 16 B = 32 KB per
 // SM covers ~4.8 TB/s x ~0.7 us of latency over 132 SMs), enough blocks to fill every SM,
@@ -47,7 +51,8 @@
 // (ceil(rows / 16)), 16 (cols + 2) x 2 bytes of dynamic shared memory;
 // layernorm_backward_add block: a multiple of 32 covering cols / 4, any grid (the
 // number of dw, db partials); embedding_backward block (128), grid (vocab); block_sum
-// block (256).
+// block (256); split_k_reduce block (256), any grid, n a multiple of 4 and 16-byte
+// aligned arrays.
 
 #include <cuda_fp16.h>
 
@@ -475,4 +480,22 @@ extern "C" __global__ void grad_unscale_clip(float* __restrict__ g, long long n,
     const float norm = sqrtf(*norm_sq) * inv_scale;
     const float factor = inv_scale * fminf(1.f, max_norm / (norm + 1e-6f));
     for (long long i = first_index(); i < n; i += grid_stride()) g[i] *= factor;
+}
+
+// part: `slices` fp32 arrays of n elements one after another; out[i] = their sum at i,
+// added in slice order. A float4 per thread and iteration: the slices' loads are
+// independent, so several are in flight.
+extern "C" __global__ void split_k_reduce(const float* __restrict__ part, int slices,
+                                          long long n, float* __restrict__ out) {
+    const float4* p = reinterpret_cast<const float4*>(part);
+    const long long n4 = n / 4;
+    for (long long i = first_index(); i < n4; i += grid_stride()) {
+        float4 acc = p[i];
+#pragma unroll 4
+        for (int j = 1; j < slices; j++) {
+            const float4 v = p[j * n4 + i];
+            acc = make_float4(acc.x + v.x, acc.y + v.y, acc.z + v.z, acc.w + v.w);
+        }
+        reinterpret_cast<float4*>(out)[i] = acc;
+    }
 }

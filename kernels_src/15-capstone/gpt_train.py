@@ -32,14 +32,24 @@ Kernels (every one loaded by path from kernels_src/, none copied):
   15-capstone/gpt_ops.cu                 embeddings (forward, deterministic backward), fp16 casts with
                                          the transposes the weight gradients need and the bias
                                          gradients (column sums of the cast's tiles), the fused LayerNorms,
-                                         head split/merge, gradient norm and clipping
+                                         head split/merge, gradient norm and clipping, split-K's reduce
 Every GEMM is A B with row-major operands: a weight gradient X^T dY reads the transposed fp16 copy of X that
 the forward's cast wrote, and dX = dY W^T reads the fp16 W^T written next to W after each optimizer step.
+
+Split-K. A block's weight gradient dW = X^T dY has a small output (768 x 768 to 768 x 3072: 18 to 72 tiles of
+kernel 5's 128 x 256) and a long K (the T = 16384 tokens): far fewer blocks than SMs, each walking all of K.
+So K is cut into s slices (choose_split_k), slice j's product written to its own fp32 partial [M, N] and
+split_k_reduce adds the s partials in slice order: deterministic, unlike atomics. On kernel 5 the slices are s
+launches on s streams that run at once (one launch of s x tiles blocks would need a slice index in the
+kernel): A's slice X^T[:, k0:k1] is a row-strided view, read through its own tensor map; B's dY[k0:k1] is
+contiguous. Kernel 3 has no row-stride parameter: there each slice of A is copied to a contiguous scratch and
+the slices run one after another, correct but no faster (what the emulator's test of split-K runs), so the
+automatic choice splits only on kernel 5.
 
     import sys; sys.path.insert(0, str(cudl.compile.KERNELS_DIR / "15-capstone"))
     import gpt_train as gt
     cfg = gt.TOY; params = gt.init_params(cfg, seed=0)
-    model = gt.Model(cfg, batch=2, params=params)
+    model = gt.Model(cfg, batch=2, params=params)  # split_k=None: s per product (choose_split_k); 1: off
     loss = model.step(tokens, targets)          # [batch, seq] int32 each
 """
 
@@ -64,9 +74,16 @@ import attention_backward as ab  # noqa: E402
 
 OPS = "15-capstone/gpt_ops.cu"
 GEMM = "11-tensor-cores/hgemm_3_cp_async.cu"
-GEMM_TILE = 128  # hgemm_3: M and N multiples of 128 (BN = 128), K of 32
+GEMM_TILE, GEMM_STEP = 128, 32  # hgemm_3: M and N multiples of 128 (BN = 128), K of 32
 GEMM_SMEM = 3 * (128 + 128) * 32 * 2  # STAGES x (BM + BN) x BK halves
 GEMM5_OPTIONS = ("-DSTAGES=3",)  # chapter 11's best ring depth on the H100 and the H200
+GEMM5_TILE, GEMM5_STEP = (128, 256), 64  # kernel 5: BM x BN tiles, 64 of K per step
+# split-K: a slice keeps at least 16 K steps (1024 of K on kernel 5), so that the fill of the pipeline and the
+# tile's store (below) stay small beside its main loop
+SPLIT_MIN_STEPS = 16
+# K steps that an SM spends moving one 128 x 256 fp32 tile (128 KiB) at its share of HBM bandwidth: 4.8 TB/s /
+# 132 SMs = 36 GB/s, 3.6 us, while a K step (128 x 256 x 64 x 2 = 4.2 MFLOP) takes ~0.7 us at 750 TFLOP/s
+TILE_IO_STEPS = 5
 LN_EPS = 1e-5
 LN_MAX_D = 1024  # residual_layernorm: a row in one warp, 8 float4 per lane
 
@@ -151,6 +168,33 @@ def cdiv(a: int, b: int) -> int:
     return (a + b - 1) // b
 
 
+def choose_split_k(tiles: int, steps: int, sms: int) -> int:
+    """Slices s of K for a product of `tiles` output tiles (one block each, one block per SM: kernel 5 holds
+    145 KB of shared memory) and `steps` K steps, on `sms` SMs. Its time in K steps of one SM is modelled as
+
+        ceil(tiles s / sms) x (ceil(steps / s) + TILE_IO_STEPS)    waves x (a slice's loop + its tile's store)
+        + TILE_IO_STEPS x (s + 1) x tiles / sms                    the reduce: s partials read, one written
+
+    and s is the smallest that minimises it, each slice keeping SPLIT_MIN_STEPS steps. On an H200 (132 SMs),
+    K = 16384 (256 steps): proj_w's dW (18 tiles) s = 7, one wave of 126 blocks, 261 -> 48 steps; qkv_w's
+    (54) s = 2, 261 -> 139; fc_w's and fc2_w's (72) s = 5, 3 waves of 360 blocks (of 396 slots), 261 -> 187.
+    The tied head's dW (1182 tiles, 9 waves at 99.5%) and every product of K <= 3072 keep s = 1."""
+    def cost(s: int) -> float:
+        reduce = TILE_IO_STEPS * (s + 1) * tiles / sms if s > 1 else 0.0
+        return cdiv(tiles * s, sms) * (cdiv(steps, s) + TILE_IO_STEPS) + reduce
+
+    return min(range(1, max(1, steps // SPLIT_MIN_STEPS) + 1), key=lambda s: (cost(s), s))
+
+
+def k_slices(K: int, s: int, step: int) -> list[tuple[int, int]]:
+    """s ranges [k0, k1) that cover 0..K in order, each a whole number of `step`s, their step counts differing
+    by one at most (so s need not divide K / step)."""
+    steps = K // step
+    if K % step or not 1 <= s <= steps:
+        raise ValueError(f"split-K: K = {K} in {s} slices of whole {step}-element steps is not possible")
+    return [(j * steps // s * step, (j + 1) * steps // s * step) for j in range(s)]
+
+
 def token_segments(tokens: np.ndarray, vocab: int) -> tuple[np.ndarray, np.ndarray]:
     """(order, starts) for embedding_backward: the rows sorted by token id (stable, so each token's rows
     keep their order and the sum is the same at every run), and where each token's rows begin."""
@@ -166,7 +210,7 @@ def kernels() -> dict[str, Any]:
     """Every kernel of the step, each compiled once."""
     ops = {n: cudl.load(OPS, n) for n in ("embedding_forward", "embedding_backward", "position_backward",
                                            "cast_transpose", "bias_grad_reduce", "split_heads",
-                                           "merge_heads", "block_sum", "grad_unscale_clip")}
+                                           "merge_heads", "block_sum", "grad_unscale_clip", "split_k_reduce")}
     return ops | {
         "gemm": cudl.load(GEMM, "hgemm_3_cp_async"),
         "res_ln": cudl.load(OPS, "residual_layernorm"),
@@ -192,9 +236,12 @@ class Hyper:
 class Model:
     """The book's GPT: parameters, AdamW state, fp16 weight copies and the activations of one batch of
     `batch` sequences of cfg.seq tokens, all allocated once. forward_backward leaves loss-scaled fp32
-    gradients in `g`; optimizer_step clips, unscales and applies AdamW; step does both."""
+    gradients in `g`; optimizer_step clips, unscales and applies AdamW; step does both. split_k: slices of K
+    for the blocks' weight gradients, None to choose per shape (choose_split_k, on kernel 5 only), or a
+    number for all four (1: no split-K)."""
 
-    def __init__(self, cfg: Config, batch: int, params: dict[str, np.ndarray], hyper: Hyper | None = None):
+    def __init__(self, cfg: Config, batch: int, params: dict[str, np.ndarray], hyper: Hyper | None = None,
+                 split_k: int | None = None):
         check_config(cfg, batch)
         xp = cudl.xp
         self.cfg, self.batch, self.hyper = cfg, batch, hyper or Hyper()
@@ -263,6 +310,26 @@ class Model:
         self.bias_buf = f32(self.bias_parts, 4 * C)  # up to fc_b, 4C wide
         self.norm_parts = 2 * self.sms
         self.norm_buf, self.norm_sq = f32(self.norm_parts), f32(1)
+        # split-K of the blocks' weight gradients dW [M, N] = X^T dY, K = T: s fp32 partials [s, M, N] of the
+        # largest (47 MB at GPT-2 small's automatic choice), streams for kernel 5's slices, a contiguous copy of
+        # A's slice for kernel 3's
+        if split_k is not None and split_k < 1:
+            raise ValueError(f"split_k = {split_k}: a number of slices (1: no split-K) or None (automatic)")
+        self.split_k = split_k
+        self.splits = {w: self.split_for(m, n, T) for w, (m, n) in self.dw_shapes().items()}
+        split = [(m, n, s) for (m, n), s in zip(self.dw_shapes().values(), self.splits.values()) if s > 1]
+        self.partials = f32(max([s * m * n for m, n, s in split], default=1))
+        self.a_slice = f16(max([m * cdiv(T // GEMM_STEP, s) * GEMM_STEP for m, n, s in split
+                                if not self.kernel5(n)], default=1))
+        for _, n, s in split:  # a split that leaves a slice without a whole K step fails here, not mid-step
+            k_slices(T, s, GEMM5_STEP if self.kernel5(n) else GEMM_STEP)
+        self.streams: list[Any] = []
+        if any(self.kernel5(n) for _, n, _ in split):
+            import cupy
+
+            s_max = max(s for _, _, s in split)
+            self.streams = [cupy.cuda.Stream(non_blocking=True) for _ in range(s_max - 1)]
+            self.events = [cupy.cuda.Event(disable_timing=True) for _ in range(s_max)]
 
     # ------------------------------------------------------------------ parameters
     def matrices(self) -> list[tuple[str, tuple[int, ...], bool]]:
@@ -293,20 +360,76 @@ class Model:
     def grid(self, n: int) -> int:
         return min(cdiv(n, 256), 32 * self.sms)
 
-    def gemm(self, a: Any, b: Any, c: Any, M: int, N: int, K: int) -> None:
+    def kernel5(self, N: int) -> bool:
+        """Whether a product of N columns runs on kernel 5 (Hopper, N a multiple of its 256-wide tile)."""
+        return self.wgmma and N % GEMM5_TILE[1] == 0
+
+    def dw_shapes(self) -> dict[str, tuple[int, int]]:
+        """[M, N] of each block matrix's weight gradient (its K is the T tokens)."""
+        C = self.cfg.d
+        return {"qkv_w": (C, 3 * C), "proj_w": (C, C), "fc_w": (C, 4 * C), "fc2_w": (4 * C, C)}
+
+    def split_for(self, M: int, N: int, K: int) -> int:
+        """Slices of K for a weight gradient: Model(split_k=...), else choose_split_k on kernel 5, else 1."""
+        if self.split_k is not None:
+            return self.split_k
+        if not self.kernel5(N):  # kernel 3's slices run one after another: no gain to pay the copies for
+            return 1
+        return choose_split_k((M // GEMM5_TILE[0]) * (N // GEMM5_TILE[1]), K // GEMM5_STEP, self.sms)
+
+    def gemm(self, a: Any, b: Any, c: Any, M: int, N: int, K: int, split: bool = False) -> None:
         """C [M, N] fp32 = A [M, K] B [K, N], fp16 row-major operands: chapter 11's kernel 5 (wgmma + TMA)
-        on Hopper where N is a multiple of its 256-wide tile, kernel 3 (hgemm_3) elsewhere."""
-        if not (self.wgmma and N % 256 == 0):
+        on Hopper where N is a multiple of its 256-wide tile, kernel 3 (hgemm_3) elsewhere. split: a block's
+        weight gradient, computed over slices of K (split_for) when that pays."""
+        s = self.split_for(M, N, K) if split else 1
+        if s > 1:
+            self.gemm_split(a.reshape(M, K), b.reshape(K, N), c, M, N, K, s)
+        elif not self.kernel5(N):
             self.k["gemm"]((N // GEMM_TILE, M // GEMM_TILE), 256, (M, N, K, a, b, c), shared_mem=GEMM_SMEM)
-            return
-        # kernel 5 reads A and B through tensor maps that hold their addresses: one launcher per
-        # operand triple, made on first use (the step's buffers are allocated once, so a few dozen)
-        key = (a.data.ptr, b.data.ptr, c.data.ptr, M, N, K)
+        else:
+            self.launcher5(a.reshape(M, K), b.reshape(K, N), c.reshape(M, N))()
+
+    def launcher5(self, a: Any, b: Any, c: Any) -> Any:
+        """Kernel 5's launch of C = A B. It reads A and B through tensor maps that hold their addresses (and
+        A's row stride: A may be a column range of a matrix): one launcher per operand triple, made on first
+        use (the step's buffers are allocated once, so a few dozen, and a few more per slice of split-K)."""
+        key = (a.data.ptr, a.strides, b.data.ptr, c.data.ptr, a.shape, b.shape)
         run = self.gemm5.get(key)
         if run is None:
-            run = self.gemm5[key] = self.tc.hgemm("5: wgmma + TMA", a.reshape(M, K), b.reshape(K, N),
-                                                  c.reshape(M, N), options=GEMM5_OPTIONS)
-        run()
+            run = self.gemm5[key] = self.tc.hgemm("5: wgmma + TMA", a, b, c, options=GEMM5_OPTIONS)
+        return run
+
+    def gemm_split(self, a: Any, b: Any, c: Any, M: int, N: int, K: int, s: int) -> None:
+        """C = sum over s slices [k0, k1) of K of A[:, k0:k1] B[k0:k1], each slice's product into its own fp32
+        partial, then split_k_reduce adds the partials in slice order (the same bits at every run)."""
+        parts = self.partials[:s * M * N].reshape(s, M, N)
+        five = self.kernel5(N)
+        bounds = k_slices(K, s, GEMM5_STEP if five else GEMM_STEP)
+        if five:  # s launches on s streams at once: slice 0 on the current stream, the others beside it
+            import cupy
+
+            main = cupy.cuda.get_current_stream()
+            self.events[0].record(main)
+            for st in self.streams[:s - 1]:
+                st.wait_event(self.events[0])
+            for j, (k0, k1) in enumerate(bounds):
+                run = self.launcher5(a[:, k0:k1], b[k0:k1], parts[j])
+                if j == 0:
+                    run()
+                    continue
+                with self.streams[j - 1]:
+                    run()
+                    self.events[j].record(self.streams[j - 1])
+            for j in range(1, s):
+                main.wait_event(self.events[j])
+        else:  # kernel 3 reads rows K apart: each slice of A goes through a contiguous copy
+            for j, (k0, k1) in enumerate(bounds):
+                a_j = self.part(self.a_slice, M, k1 - k0)
+                a_j[...] = a[:, k0:k1]
+                self.k["gemm"]((N // GEMM_TILE, M // GEMM_TILE), 256, (M, N, k1 - k0, a_j, b[k0:k1], parts[j]),
+                               shared_mem=GEMM_SMEM)
+        n = M * N
+        self.k["split_k_reduce"]((self.grid(n // 4),), 256, (parts, s, n, c))
 
     @staticmethod
     def row_block(units: int) -> int:
@@ -425,17 +548,17 @@ class Model:
             mean1, rstd1, mean2, rstd2 = self.stats[i]
             # MLP half: res[i + 1] = mid + fc2(gelu(fc(ln2(mid))))
             self.cast(self.dres, g16, None, T, C, db=f"{i}.fc2_b")
-            self.gemm(self.a16t[i], g16, self.view(g, f"{i}.fc2_w"), 4 * C, C, T)
+            self.gemm(self.a16t[i], g16, self.view(g, f"{i}.fc2_w"), 4 * C, C, T, split=True)
             self.gemm(g16, self.wt16[f"{i}.fc2_w"], self.w32, T, 4 * C, C)
             # dfc = da gelu'(fc + fc_b) in fp16 for the GEMMs, its column sums fc_b's gradient
             self.cast(self.w32, self.d16, None, T, 4 * C, db=f"{i}.fc_b", gelu_bias=self.view(p, f"{i}.fc_b"),
                       pre=self.fc[i])
-            self.gemm(self.h2t[i], self.d16, self.view(g, f"{i}.fc_w"), C, 4 * C, T)
+            self.gemm(self.h2t[i], self.d16, self.view(g, f"{i}.fc_w"), C, 4 * C, T, split=True)
             self.gemm(self.d16, self.wt16[f"{i}.fc_w"], self.d32, T, C, 4 * C)
             self.layernorm_backward(self.d32, self.mid[i], f"{i}.ln2", mean2, rstd2, self.dres, add=True)
             # attention half: mid = res[i] + proj(attention(ln1(res[i])))
             self.cast(self.dres, g16, None, T, C, db=f"{i}.proj_b")
-            self.gemm(self.orowt[i], g16, self.view(g, f"{i}.proj_w"), C, C, T)
+            self.gemm(self.orowt[i], g16, self.view(g, f"{i}.proj_w"), C, C, T, split=True)
             self.gemm(g16, self.wt16[f"{i}.proj_w"], self.d32, T, C, C)
             self.split(self.d32, 1, self.do16)
             q, kk, v = self.qkv[i]
@@ -443,7 +566,7 @@ class Model:
                                      kernel=self.attn_bwd)
             d16 = self.part(self.d16, T, 3 * C)
             self.merge(3, dq, dk, dv, d16, db=f"{i}.qkv_b")  # fp16 rows and the qkv bias gradient
-            self.gemm(self.h1t[i], d16, self.view(g, f"{i}.qkv_w"), C, 3 * C, T)
+            self.gemm(self.h1t[i], d16, self.view(g, f"{i}.qkv_w"), C, 3 * C, T, split=True)
             self.gemm(d16, self.wt16[f"{i}.qkv_w"], self.d32, T, C, 3 * C)
             self.layernorm_backward(self.d32, self.res[i], f"{i}.ln1", mean1, rstd1, self.dres, add=True)
         k["embedding_backward"]((V,), 128, (self.dres, self.order, self.starts, self.view(g, "wte"), C))

@@ -3,6 +3,7 @@ shape against its PyTorch twin. Needs CuPy and PyTorch; about 5 minutes on an H2
 
     python kernels_src/15-capstone/gpu_check.py --out $OUT/capstone.json       # from the repository root
     python kernels_src/15-capstone/gpu_check.py --batch 8 --seconds 60 --skip compile
+    python kernels_src/15-capstone/gpu_check.py --skip check train compile --split-k 1   # split-K off
 
 1. check: one step's per-parameter gradients against the twin in float32 (TF32 off), within twice the
    distance of a float32 twin rounded to fp16 where the book's step rounds (what fp16 alone costs); the loss
@@ -85,8 +86,8 @@ def tokens_t(a: np.ndarray) -> torch.Tensor:
 
 
 @section("check")
-def check(cfg: gt.Config, batch: int, params: dict, x: np.ndarray, y: np.ndarray) -> None:
-    model = gt.Model(cfg, batch, params)
+def check(cfg: gt.Config, batch: int, params: dict, x: np.ndarray, y: np.ndarray, split_k: int | None = None) -> None:
+    model = gt.Model(cfg, batch, params, split_k=split_k)
     model.forward_backward(x, y)
     cudl.sync()
     book_losses = cudl.to_numpy(model.losses).astype(np.float64)
@@ -136,7 +137,8 @@ def family(name: str, book: bool) -> str:
     # holds the MLP's bias + GELU and its backward (the cast's epilogue), "LayerNorm" the residual adds
     # (residual_layernorm, layernorm_backward_add), "residual+heads" only split_heads and merge_heads.
     n = name.lower()
-    table = ([("hgemm", "GEMM"), ("flash_attn_bwd", "attention backward"), ("flash_attn", "attention forward"),
+    table = ([("hgemm", "GEMM"), ("split_k_reduce", "GEMM"),  # split-K's reduce: part of the GEMMs' cost
+              ("flash_attn_bwd", "attention backward"), ("flash_attn", "attention forward"),
               ("layernorm", "LayerNorm"), ("gelu", "bias+GELU"), ("softmax_cross_entropy", "cross-entropy"),
               ("cast_transpose", "fp16 casts"), ("adamw", "optimizer"), ("grad_unscale", "optimizer"),
               ("block_sum", "optimizer"), ("bias_grad", "bias grads"), ("embedding", "embeddings"),
@@ -181,7 +183,9 @@ def timing(cfg: gt.Config, batch: int, params: dict, x: np.ndarray, y: np.ndarra
     out: dict = {"tokens_per_step": tokens}
     pool = cupy.get_default_memory_pool()
     pool.free_all_blocks()
-    model = gt.Model(cfg, batch, params)
+    model = gt.Model(cfg, batch, params, split_k=args.split_k)
+    out["split_k"] = model.splits  # slices of K of each block matrix's weight gradient
+    log(f"split-K of the weight gradients: {model.splits} ({'automatic' if args.split_k is None else 'forced'})")
     model.load_batch(x, y)
 
     def book_step():
@@ -300,7 +304,7 @@ def train(cfg: gt.Config, batch: int, params: dict, args) -> None:
 
     out: dict = {"corpus": args.corpus, "bytes": len(data), "batch": batch, "lr": args.lr}
     # the book
-    model = gt.Model(cfg, batch, params, hyper)
+    model = gt.Model(cfg, batch, params, hyper, split_k=args.split_k)
     batches = gt.Batches(data, batch, cfg.seq, seed=args.seed)
     losses, vals, t = [], [], time.time()
     while time.time() - t < seconds and len(losses) < args.max_steps:
@@ -366,6 +370,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--max-autotune", action="store_true", help="also time torch.compile max-autotune-no-cudagraphs")
     ap.add_argument("--skip", nargs="*", default=[], choices=["check", "timing", "compile", "train"])
     ap.add_argument("--toy", action="store_true", help="the toy config (a quick smoke run of this script)")
+    ap.add_argument("--split-k", type=int, default=None,
+                    help="slices of K of the blocks' weight gradients (1: off; default: chosen per shape)")
     return ap.parse_args(argv)
 
 
@@ -384,7 +390,7 @@ def main() -> int:
     gt.kernels()
     x, y = gt.Batches(gt.corpus("book"), batch, cfg.seq, seed=args.seed).next()
     if "check" not in args.skip:
-        check(cfg, batch, params, x, y)
+        check(cfg, batch, params, x, y, args.split_k)
     if "timing" not in args.skip:
         timing(cfg, batch, params, x, y, args)
         free_torch()  # what the section held is garbage now

@@ -142,10 +142,19 @@ def layernorm_backward_add(k, rng):
     return got, ref, bound
 
 
+def split_k_reduce(k, rng):
+    slices, n = 5, 4 * 331  # 331 float4 on one block of 256 threads: the grid-stride loop runs
+    part = rng.standard_normal((slices, n), np.float32)
+    out = cudl.poisoned(n)
+    k((1,), 256, (dev(part), slices, n, out))
+    p = part.astype(np.float64)
+    return host(out), p.sum(axis=0), slices * U32 * np.abs(p).sum(axis=0)
+
+
 CASES = {"embedding_forward": embedding_forward, "embedding_backward": embedding_backward,
          "position_backward": position_backward, "block_sum": block_sum,
          "grad_unscale_clip": grad_unscale_clip, "bias_grad_reduce": bias_grad_reduce,
-         "layernorm_backward_add": layernorm_backward_add}
+         "layernorm_backward_add": layernorm_backward_add, "split_k_reduce": split_k_reduce}
 
 
 def failures(name: str, source: str | None = None) -> str | None:
@@ -355,6 +364,8 @@ MUTANTS = {
                                        "    // thread t: row t % 16", "resln-race"),
     "block_sum: squares left out": ("square ? x[i] * x[i] : x[i]", "x[i]", "k"),
     "grad_unscale_clip: never clips": ("fminf(1.f, max_norm", "fmaxf(1.f, max_norm", "k"),
+    "split_k_reduce: last slice left out": ("j < slices; j++", "j < slices - 1; j++", "k"),
+    "split_k_reduce: a slice read twice": ("p[j * n4 + i]", "p[(j - 1) * n4 + i]", "k"),
     "bias_grad_reduce: last lane left out": ("k < WARP; k++) s += sums", "k < WARP - 1; k++) s += sums", "k"),
     "layernorm_backward_add: residual gradient not added": ("if (acc) {", "if (!acc) {", "k"),
     "layernorm_backward_add: mean(g xhat) term dropped": ("r * (g.w - mg - xh.w * mgx)", "r * (g.w - mg)", "k"),
@@ -563,10 +574,139 @@ def test_gpu_check_sections_run_on_the_emulator(toy, monkeypatch):
     x, y = batches.next()
     gpu_check.check(gt.TOY, BATCH, params, x, y)
     args = argparse.Namespace(corpus="book", seed=1, eval_batches=1, seconds=1e9, lr=1e-3, warmup=2,
-                              max_steps=3, eval_every=2)
+                              max_steps=3, eval_every=2, split_k=None)
     gpu_check.train(gt.TOY, BATCH, params, args)
     assert gpu_check.failed == [], gpu_check.failed
     assert gpu_check.results["sections"]["check"]["ok"]
     out = gpu_check.results["sections"]["train"]
     assert out["book"]["steps"] == 3 and out["twin_eager_bf16"]["steps"] == 3
     assert len(out["book"]["val_loss"]) == 3 and all(np.isfinite(v) for _, v in out["book"]["val_loss"])
+
+
+# ------------------------------------------------------------------------------------ split-K
+
+
+def test_choose_split_k_on_an_h200():
+    """choose_split_k's model on 132 SMs, K = 16384 (256 steps of 64): the numbers of its docstring, and every
+    choice keeps SPLIT_MIN_STEPS steps per slice."""
+    assert [gt.choose_split_k(t, 256, 132) for t in (18, 54, 72, 1182)] == [7, 2, 5, 1]
+    assert gt.choose_split_k(384, 48, 132) == 1  # a dX product (M = T): hundreds of tiles already
+    for tiles in range(1, 400, 7):
+        for steps in (8, 16, 40, 256, 1024):
+            s = gt.choose_split_k(tiles, steps, 132)
+            assert s == 1 or steps // s >= gt.SPLIT_MIN_STEPS
+
+
+def test_k_slices_cover_k_in_whole_steps():
+    for K, s, step in ((16384, 7, 64), (128, 3, 32), (448, 3, 64), (64, 1, 64)):
+        b = gt.k_slices(K, s, step)
+        assert len(b) == s and b[0][0] == 0 and b[-1][1] == K
+        assert all(k1 == n0 for (_, k1), (n0, _) in zip(b, b[1:]))
+        sizes = [(k1 - k0) // step for k0, k1 in b]
+        assert all(k0 % step == 0 and (k1 - k0) % step == 0 for k0, k1 in b) and max(sizes) - min(sizes) <= 1
+    for K, s, step in ((128, 5, 32), (100, 2, 32), (64, 0, 64)):
+        with pytest.raises(ValueError, match="split-K"):
+            gt.k_slices(K, s, step)
+
+
+def test_split_k_gradients_match_the_unsplit_step():
+    """The toy step at batch 4 (K = T = 256) with split_k=3: each block matrix's dW (on the emulator kernel 3's
+    path: slices of 2, 3, 3 K steps of 32, A's slices copied) within 2 (K + s) u32 of sum_k |a_ik b_kj| of
+    the float64 product of its own fp16 operands (an fp32 sum of K exact fp16 products, then the reduce's s - 1
+    adds; 2 u32 per add: tensor cores may truncate). The partials start as NaN: an unwritten one shows. On the
+    emulator every other gradient equals split_k=1's bit for bit (nothing downstream reads a dW; on a GPU the
+    attention backward's atomics reorder sums from run to run)."""
+    seed, batch, s = int(np.random.default_rng().integers(2**31)), 4, 3
+    params = gt.init_params(gt.TOY, seed)
+    x, y = gt.Batches(gt.corpus("book"), batch, gt.TOY.seq, seed=seed).next()
+    model = gt.Model(gt.TOY, batch, params, split_k=s)
+    assert model.splits == dict.fromkeys(gt.MATRICES, s)
+    model.partials[...] = np.nan
+    operands, gemm = [], model.gemm
+
+    def spy(a, b, c, M, N, K, split=False):
+        if split:
+            operands.append((host(a).reshape(M, K).astype(np.float64), host(b).reshape(K, N).astype(np.float64), c))
+        gemm(a, b, c, M, N, K, split=split)
+
+    model.gemm = spy
+    model.forward_backward(x, y)
+    assert len(operands) == 4 * gt.TOY.layers
+    bad, split_names = [], set()
+    for a, b, c in operands:
+        name = next(n for n in model.offsets if cudl.xp.shares_memory(c, model.view(model.g, n)))
+        split_names.add(name)
+        got, ref = host(c).astype(np.float64), a @ b
+        if not (np.abs(got - ref) <= 2 * (a.shape[1] + s) * U32 * (np.abs(a) @ np.abs(b))).all():
+            bad.append(f"{name}: split-K's dW outside fp32's bound of the float64 product of its operands")
+    if not cudl.on_gpu():
+        ref = gt.Model(gt.TOY, batch, params, split_k=1)
+        ref.forward_backward(x, y)
+        bad += [f"{n}: differs from split_k=1's, though split-K does not compute it" for n in model.offsets
+                if n not in split_names and not np.array_equal(host(model.view(model.g, n)), host(ref.view(ref.g, n)))]
+    assert not bad, f"seed {seed}:\n" + "\n".join(bad)
+
+
+@pytest.mark.skipif(cudl.on_gpu(), reason="fakes CuPy; on a GPU test_split_k_gradients runs the real streams")
+def test_split_k_on_kernel_5_streams_and_slices(monkeypatch):
+    """Kernel 5's split-K path with its launches and CuPy's streams faked (no GPU here): slice j reads the
+    column range A[:, k0:k1] (a view with A's row stride, which tensor_map_args accepts) and the rows
+    B[k0:k1], writes partial j; slice 0 runs on the current stream, slice j on side stream j - 1, after that
+    stream waited for the fork event recorded on the current one; the current stream waits for every slice's
+    event, then the reduce sums the partials: the result is A B within (K + s) u32 of sum |a b|."""
+    import types
+
+    from cudl.tma import tensor_map_args
+
+    model = gt.Model(gt.TOY, BATCH, gt.init_params(gt.TOY, 0), split_k=1)
+    log, current = [], ["main"]
+
+    class Stream:
+        def __init__(self, name):
+            self.name = name
+
+        def __enter__(self):
+            current.append(self.name)
+
+        def __exit__(self, *exc):
+            current.pop()
+
+        def wait_event(self, ev):
+            log.append(("wait", self.name, ev.name))
+
+    class Event:
+        def __init__(self, name):
+            self.name = name
+
+        def record(self, stream):
+            log.append(("record", stream.name, self.name))
+
+    monkeypatch.setitem(sys.modules, "cupy", types.SimpleNamespace(
+        cuda=types.SimpleNamespace(get_current_stream=lambda: Stream(current[-1]))))
+    s, (M, N, K) = 3, (128, 256, 7 * 64)  # slices of 2, 2 and 3 steps
+    model.wgmma, model.streams = True, [Stream("side0"), Stream("side1")]
+    model.events = [Event(f"e{j}") for j in range(s)]
+    model.partials = cudl.poisoned(s * M * N)
+
+    def launcher5(a, b, c):
+        assert a.base is not None and a.strides[0] == K * 2  # a view of A, rows K apart
+        tensor_map_args(a.shape, a.strides, a.itemsize, a.ctypes.data, (128, 64))  # raises if TMA cannot
+
+        def run():
+            j = [p.ctypes.data for p in parts].index(c.ctypes.data)
+            log.append(("slice", current[-1], j, a.shape[1]))
+            c[...] = a.astype(np.float32) @ b.astype(np.float32)
+        return run
+
+    parts = model.partials.reshape(s, M, N)
+    monkeypatch.setattr(model, "launcher5", launcher5)
+    rng = np.random.default_rng()
+    a, b = rng.standard_normal((M, K)).astype(np.float16), rng.standard_normal((K, N)).astype(np.float16)
+    c = cudl.poisoned((M, N))
+    model.gemm_split(a, b, c, M, N, K, s)
+    assert log == [("record", "main", "e0"), ("wait", "side0", "e0"), ("wait", "side1", "e0"),
+                   ("slice", "main", 0, 128), ("slice", "side0", 1, 128), ("record", "side0", "e1"),
+                   ("slice", "side1", 2, 192), ("record", "side1", "e2"),
+                   ("wait", "main", "e1"), ("wait", "main", "e2")]
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    assert (np.abs(host(c) - a64 @ b64) <= (K + s) * U32 * (np.abs(a64) @ np.abs(b64))).all()
