@@ -24,14 +24,14 @@
 //    (#if __CUDA_ARCH__ >= 900), four scalar ones elsewhere.
 // Registers per thread: dK, dV 2 (D / 2) fp32, S^T and dP^T 2 (BR / 2), their fp16 A
 // fragments 2 (BR / 4): 160 at D = 64, BR = 64 (176 at D = 128, BR = 32) before
-// addresses, so one block of 256 threads per SM (8 warps, as FlashAttention-2's
-// backward); two would need <= 128.
+// addresses; ptxas (NVRTC 13, sm_90) uses 218 (237), no spills: one block of 256 threads
+// per SM (8 warps, as FlashAttention-2's backward); two would need <= 128.
 // Limit: shared-memory bandwidth, 2.4 wavefronts per mma: 0.42 mma (4096 flop) per clock
 // per SM, about 450 TFLOP/s on an H200 at 1.98 GHz before exp, masks, barriers and
-// atomics; expect 200-270 TFLOP/s, 3-4x version 2 and about half of SDPA's backward
-// (cuDNN on Hopper, wgmma). Each Q/dO fragment still feeds one mma: a warp owning 32
-// keys (2 m-tiles) would halve that traffic but needs 2x the dK/dV registers; wgmma
-// (chapter 12's kernels 4-6) removes the register operand limits: the next steps.
+// atomics; expect 200-270 TFLOP/s, 3-4x version 2 and about half of SDPA's backward.
+// Each Q/dO fragment still feeds one mma: a warp owning 32 keys (2 m-tiles) would halve
+// that traffic but needs 2x the dK/dV registers; wgmma (chapter 12's kernels 4-6) reads
+// its B operand from shared memory without ldmatrix: the next steps.
 // Compile with -DHEAD_DIM=64 or 128 (default 64), -DWARPS (8), -DBR (64; 32 at
 // HEAD_DIM 128 for registers), -DMIN_BLOCKS (1, __launch_bounds__).
 // Launch: block 32 * WARPS, grid (ceil(S / BC), BH), BC = 16 WARPS, dynamic shared
