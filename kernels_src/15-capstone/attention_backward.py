@@ -1,6 +1,7 @@
 """The attention backward pass of chapter 15 (the capstone): launchers of flash_attn_bwd_prep.cu and of the
-main kernel's versions (flash_attn_bwd_1_smem.cu: plain CUDA C; flash_attn_bwd_2_mma.cu: mma.sync), chapter
-12's forward (flash_attn_2_mma, which stores the logsumexp L that the backward needs) loaded from its own
+main kernel's versions (flash_attn_bwd_1_smem.cu: plain CUDA C; flash_attn_bwd_2_mma.cu: mma.sync;
+flash_attn_bwd_3_ldmatrix.cu: ldmatrix, cp.async double buffering, causal skipping, 128 keys), chapter 12's
+forward (flash_attn_2_mma, which stores the logsumexp L that the backward needs) loaded from its own
 folder through cudl.grade.ch12, a float64 NumPy reference, and the error bounds that the tests check.
 
 Layout as in chapter 12: Q, K, V, O, dO and the gradients are [BH, S, D] fp16 arrays (BH = batch x heads),
@@ -25,8 +26,8 @@ from cudl.grade import ch12
 
 D = "15-capstone"
 PREP_ROWS = 8  # flash_attn_bwd_prep: one warp per row, 256 threads
-# the main kernel's versions: 1 plain CUDA C, 2 mma.sync (flash_attn_bwd_N_*.cu in this folder)
-VERSIONS = {1: "flash_attn_bwd_1_smem", 2: "flash_attn_bwd_2_mma"}
+# the main kernel's versions: 1 plain CUDA C, 2 mma.sync, 3 ldmatrix + cp.async (flash_attn_bwd_N_*.cu here)
+VERSIONS = {1: "flash_attn_bwd_1_smem", 2: "flash_attn_bwd_2_mma", 3: "flash_attn_bwd_3_ldmatrix"}
 
 
 def cdiv(a: int, b: int) -> int:
@@ -44,20 +45,26 @@ def kernels(head_dim: int) -> tuple[Any, Any]:
 def main_kernel(version: int, head_dim: int, *, sm75: bool = False, source: str | None = None) -> Any:
     """A build of main kernel `version` for one head dimension (64 or 128), from its file or from `source`
     (a test's mutant); `sm75`: version 2's mma as two m16n8k8 (the T4 path) on any GPU. The build carries its
-    launch shape: .threads, .keys (per block) and .smem (dynamic shared bytes)."""
+    launch shape: .threads, .keys (per block) and .smem (dynamic shared bytes: version 3 needs 91 KiB at d = 64,
+    112.5 KiB at d = 128, more than a T4's 64 KiB)."""
     if head_dim not in (64, 128):
         raise ValueError(f"the backward kernels take head dimension 64 or 128, not {head_dim}")
+    if sm75 and version != 2:
+        raise ValueError("only version 2 has a T4 path (version 3's shared memory does not fit a T4)")
     name = VERSIONS[version]
     opts = [f"-DHEAD_DIM={head_dim}"]
-    if version == 2:
-        br = 32 if head_dim == 128 else 64  # registers and shared memory at d = 128
+    br = 32 if head_dim == 128 else 64  # versions 2, 3: registers and shared memory at d = 128
+    if version >= 2:
         opts += [f"-DBR={br}", *(["-DTC_SM75"] if sm75 else [])]
     k = _load(source or f"{D}/{name}.cu", name, tuple(opts))
     if version == 1:  # BR = BC = 32, 256 threads, static shared memory
         k.threads, k.keys, k.smem = 256, 32, 0
-    else:  # 4 warps of 16 keys; ((2 BC + 2 BR) (D + 8) + BR (BC + 8)) halves + 2 BR floats
+    elif version == 2:  # 4 warps of 16 keys; ((2 BC + 2 BR) (D + 8) + BR (BC + 8)) halves + 2 BR floats
         k.threads, k.keys = 128, 64
         k.smem = ((2 * 64 + 2 * br) * (head_dim + 8) + br * 72) * 2 + 8 * br
+    else:  # 8 warps of 16 keys; K, V, 2 stages of Q, dO: (2 BC + 4 BR) (D + 8) halves, dS^T
+        k.threads, k.keys = 256, 128  # BC (BR + 8) halves, 2 stages of L, Dl: 4 BR floats
+        k.smem = ((2 * 128 + 4 * br) * (head_dim + 8) + 128 * (br + 8)) * 2 + 16 * br
     return k
 
 
@@ -130,11 +137,12 @@ def error_bounds(q: Any, k: Any, v: Any, do: Any, ref: dict[str, np.ndarray], sc
       - fp32 dot products of n terms err by at most n u32 times the sum of the terms' magnitudes (the
         atomicAdd order of dQ does not matter to that bound);
       - P = exp(scale S - L) errs relatively by the absolute error of its exponent: the fp32 dot product S,
-        the multiply and subtract, L's own error (`lse_err` [BH, S]; default u32 |L|, L stored as float32) and
-        expf's few ulps;
+        the multiply and subtract (version 3's exp2 form, fmaf(S, scale log2 e, -L log2 e), rounds scale log2 e
+        and L log2 e too: 3 u32 of |scale S| + |L| in all), L's own error (`lse_err` [BH, S]; default u32 |L|,
+        L stored as float32) and expf's (exp2f's) few ulps;
       - Dl = rowsum(dO O) inherits O's error (`o_err` [BH, S, D]; default u16 |O|, O stored as fp16) and
         passes it to every dS of the row: the largest term where dP - Dl cancels;
-      - `fp16_p` (version 2): P and dS round to fp16 before their products, u16 relative each;
+      - `fp16_p` (versions 2, 3): P and dS round to fp16 before their products, u16 relative each;
       - the fp16 results round once more: u16 relative.
     The norm of an elementwise bound bounds the norm of the error: each result lies within
     u16 (||result|| + ||b||) + ||b|| (absolute, so that a zero gradient, as dQ and dK at S = 1, is checked

@@ -3,13 +3,16 @@
     make gpu-test                                                    # or, alone:
     CUDL_BACKEND=gpu python -m pytest -q tests/gpu/test_attention_backward_gpu.py
     CUDL_BACKEND=gpu python tests/gpu/test_attention_backward_gpu.py  # timing vs SDPA's backward
+    CUDL_BACKEND=gpu python tests/gpu/test_attention_backward_gpu.py --gpt2 --versions 2 3  # the capstone's shape
 
 The tests feed O and L of chapter 12's flash_attn_2_mma (its GPU build) to the backward, at an odd length over
 many tiles, and check dQ, dK and dV within attention_backward.error_bounds of a float64 backward; SDPA's own
 gradients of the same fp16 inputs are checked against the same reference and printed beside ours.
 The script times our three launches against SDPA's backward (torch.autograd.grad of its output, the forward
-not timed) at batch 4 x 8 heads, S = 4096, d = 64 and 128, causal and not, alternating the two in rounds
-(cudl.bench_pair), and writes the numbers to $OUT/attn_bwd.json when OUT is set.
+not timed) at batch 4 x 8 heads, S = 4096, d = 64 and 128, causal and not (--gpt2: the capstone's GPT-2 small
+attention, batch 16 x 12 heads, S = 1024, d = 64, causal), for every version (--versions: some), alternating
+the two in rounds (cudl.bench_pair), and writes the numbers to $OUT/attn_bwd.json (attn_bwd_gpt2.json) when
+OUT is set. Version 3 needs sm_80 or newer (91-113 KiB of shared memory per block): skipped on older GPUs.
 """
 
 from __future__ import annotations
@@ -41,6 +44,11 @@ def qkvdo(bh: int, S: int, d: int):
     return [cupy.asarray(rng.standard_normal((bh, S, d)).astype(np.float16)) for _ in range(4)]
 
 
+def runs_here(version: int) -> bool:
+    """Version 3 asks for more shared memory per block than a T4 (sm_75) has."""
+    return version != 3 or int(cupy.cuda.Device().compute_capability) >= 80
+
+
 def sdpa_grads(q, k, v, do, causal: bool, batch: int):
     """SDPA's (default backend) dQ, dK, dV of [B, H, S, D] views of our [BH, S, D] arrays."""
     bh, S, d = q.shape
@@ -54,6 +62,8 @@ def sdpa_grads(q, k, v, do, causal: bool, batch: int):
 @pytest.mark.parametrize("d", [64, 128])
 @pytest.mark.parametrize("version", ab.VERSIONS)
 def test_backward_against_float64_and_sdpa(version, d, causal):
+    if not runs_here(version):
+        pytest.skip("version 3 needs sm_80 or newer (91-113 KiB of shared memory per block)")
     batch, heads, S = 2, 3, 777  # 25 key blocks of 32 (version 2: 13 of 64), the last partial
     q, k, v, do = qkvdo(batch * heads, S, d)
     o, lse = ab.forward(q, k, v, causal)
@@ -62,7 +72,7 @@ def test_backward_against_float64_and_sdpa(version, d, causal):
     cudl.sync()
     ref = ab.reference(q, k, v, do, causal)
     o_err, lse_err = ab.forward_error_bounds(q, k, v, ref)
-    bounds = ab.error_bounds(q, k, v, do, ref, o_err=o_err, lse_err=lse_err, fp16_p=version == 2)
+    bounds = ab.error_bounds(q, k, v, do, ref, o_err=o_err, lse_err=lse_err, fp16_p=version >= 2)
     bad = []
     for name, ours, sdpa in zip(("dq", "dk", "dv"), got, theirs):
         size = float(np.linalg.norm(ref[name]))
@@ -76,13 +86,14 @@ def test_backward_against_float64_and_sdpa(version, d, causal):
     assert not bad, "\n".join(bad)
 
 
-def time_against_sdpa() -> dict:
-    """Our backward (prep + main + dQ to fp16, each version) and SDPA's, at the sizes of chapter 12's
-    targets."""
-    batch, heads, S = 4, 8, 4096
+def time_against_sdpa(batch: int = 4, heads: int = 8, S: int = 4096, dims=(64, 128), causals=(False, True),
+                      versions=tuple(ab.VERSIONS)) -> dict:
+    """Our backward (prep + main + dQ to fp16, each of `versions`) and SDPA's, by default at the sizes of
+    chapter 12's targets."""
     results: dict = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "runs": []}
-    for d in (64, 128):
-        for causal in (False, True):
+    versions = [v for v in versions if runs_here(v)]
+    for d in dims:
+        for causal in causals:
             bh = batch * heads
             q, k, v, do = qkvdo(bh, S, d)
             o, lse = ab.forward(q, k, v, causal)
@@ -98,7 +109,9 @@ def time_against_sdpa() -> dict:
 
             # 5 products of 2 S^2 d flops per head (S, dP, dV, dK, dQ); half under the causal mask
             flops = 10 * S * S * d * bh / (2 if causal else 1)
-            for version, name in ab.VERSIONS.items():
+            for version in versions:
+                name = ab.VERSIONS[version]
+
                 def ours(version=version):
                     ab.backward(q, k, v, o, lse, do, causal, out=out, version=version)
 
@@ -116,9 +129,16 @@ def time_against_sdpa() -> dict:
 
 
 if __name__ == "__main__":
-    res = time_against_sdpa()
+    import argparse
+
+    cli = argparse.ArgumentParser(description="time the attention backward against SDPA's")
+    cli.add_argument("--gpt2", action="store_true", help="batch 16 x 12 heads, S = 1024, d = 64, causal")
+    cli.add_argument("--versions", type=int, nargs="+", default=list(ab.VERSIONS), choices=list(ab.VERSIONS))
+    opts = cli.parse_args()
+    shape = dict(batch=16, heads=12, S=1024, dims=(64,), causals=(True,)) if opts.gpt2 else {}
+    res = time_against_sdpa(**shape, versions=tuple(opts.versions))
     if os.environ.get("OUT"):
-        path = os.path.join(os.environ["OUT"], "attn_bwd.json")
+        path = os.path.join(os.environ["OUT"], "attn_bwd_gpt2.json" if opts.gpt2 else "attn_bwd.json")
         with open(path, "w") as f:
             json.dump(res, f, indent=1)
         print("wrote", path)
