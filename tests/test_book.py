@@ -100,10 +100,7 @@ def shown_kernel_files() -> list[Path]:
 # notebook that uses it stale (cudl.nbtools code_hash). Each entry must go when its line is fixed.
 KNOWN_WIDE: dict[str, str] = {}
 # The same for a whole file: every wide line of it waits (the entry must go when none is left).
-KNOWN_WIDE_FILES: dict[str, str] = {
-    "kernels_src/15-capstone/gpt_train.py": "written at 120 columns before chapter 15 showed its forward(); "
-    "rewrapped to 90 with the chapter's next GPU run (it makes chapter 15 and its solution stale)",
-}
+KNOWN_WIDE_FILES: dict[str, str] = {}
 
 
 def test_shown_code_fits_the_page() -> None:
