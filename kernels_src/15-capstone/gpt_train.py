@@ -22,8 +22,8 @@ S doubles after `scale_window` good steps.
 Kernels (every one loaded by path from kernels_src/, none copied):
   11-tensor-cores/hgemm.py               every product, as A B (fp16 in, fp32 out):
                                          kernel 5 (wgmma + TMA) on sm_90 where N is a
-                                         multiple of 256, else kernel 3 (cp.async, any
-                                         GPU and the emulator)
+                                         multiple of 256, else kernel 3 (cp.async), or
+                                         on sm_75 kernel 1 (WMMA)
   12-flash-attention/flash_attn_2_mma.cu causal attention forward, O and the logsumexp
   15-capstone/flash_attn_bwd_*.cu        attention backward (attention_backward.py)
   07-fusion/fused_rows.cu                the LayerNorm backward's dw, db reduce; the
@@ -43,6 +43,11 @@ Kernels (every one loaded by path from kernels_src/, none copied):
                                          sums of the cast's tiles), the fused
                                          LayerNorms, head split/merge, gradient norm and
                                          clipping, split-K's reduce
+Paths (Model's `arch`, by default the GPU's, or on the emulator the GPU it mimics: a T4
+unless CUDL_EMULATOR_DEVICE says otherwise): "sm90" as above; "sm80" kernel 3 for every
+product; "sm75" (a T4: no cp.async, no mma.sync m16n8k16) kernel 1 in kernel 3's 128 x
+128 tile, and the attention kernels' sm_75 builds (two m16n8k8 per k16 step, plain
+16-byte copies). Every other kernel of the step is plain CUDA C that sm_75 compiles.
 Every GEMM is A B with row-major operands: a weight gradient X^T dY reads the transposed
 fp16 copy of X that the forward's cast wrote, and dX = dY W^T reads the fp16 W^T written
 next to W after each optimizer step.
@@ -87,9 +92,12 @@ if str(HERE) not in sys.path:
 import attention_backward as ab  # noqa: E402
 
 OPS = "15-capstone/gpt_ops.cu"
-GEMM = "11-tensor-cores/hgemm_3_cp_async.cu"
-GEMM_TILE, GEMM_STEP = 128, 32  # hgemm_3: M and N multiples of 128 (BN = 128), K of 32
-GEMM_SMEM = 3 * (128 + 128) * 32 * 2  # STAGES x (BM + BN) x BK halves
+ARCHS = ("sm75", "sm80", "sm90")  # Model's paths: a T4, sm_80+ GPUs, Hopper
+# the row-major GEMM of each path, a build of chapter 11's KERNELS: kernel 3 on sm_80+;
+# on a T4 kernel 1 (WMMA, sm_70+), as kernel 3's sm_75 build copies through registers
+# and its ring hides nothing there (which is faster on a T4 is for a T4 to measure)
+GEMMS = {"sm75": "1: WMMA, 128 x 128 tile", "sm80": "3: cp.async pipeline"}
+GEMM_TILE, GEMM_STEP = 128, 32  # both: M and N multiples of 128, K of 32
 GEMM5_OPTIONS = ("-DSTAGES=3",)  # chapter 11's best ring depth on the H100 and the H200
 GEMM5_TILE, GEMM5_STEP = (128, 256), 64  # kernel 5: BM x BN tiles, 64 of K per step
 # split-K: a slice keeps at least 16 K steps (1024 of K on kernel 5), so that the fill of
@@ -132,10 +140,11 @@ def check_config(cfg: Config, batch: int) -> None:
     if cfg.d > LN_MAX_D:
         raise ValueError(f"d = {cfg.d} above {LN_MAX_D} "
                          "(residual_layernorm: a row on one warp's registers)")
+    # every product's M, N and K is one of T, d, 3d, 4d or V: multiples of 128 suffice
     for name, n in (("d", cfg.d), ("vocab", cfg.vocab), ("batch x seq", batch * cfg.seq)):
         if n % GEMM_TILE:
             raise ValueError(f"{name} = {n} must be a multiple of {GEMM_TILE} "
-                             "(hgemm_3's tiles)")
+                             "(the GEMMs' tiles)")
 
 
 def step_flops(cfg: Config, batch: int) -> float:
@@ -245,7 +254,6 @@ def kernels() -> dict[str, Any]:
                      "cast_transpose", "bias_grad_reduce", "split_heads", "merge_heads",
                      "block_sum", "grad_unscale_clip", "split_k_reduce")}
     return ops | {
-        "gemm": cudl.load(GEMM, "hgemm_3_cp_async"),
         "res_ln": cudl.load(OPS, "residual_layernorm"),
         "ln_bwd": cudl.load(OPS, "layernorm_backward_add"),
         "ln_reduce": cudl.load("07-fusion/fused_rows.cu",
@@ -254,6 +262,34 @@ def kernels() -> dict[str, Any]:
                           "softmax_cross_entropy"),
         "adamw": cudl.load("09-training/adamw.cu", "adamw_step"),
     }
+
+
+def device_arch() -> str:
+    """The path of this GPU (or of the GPU the emulator mimics): "sm90" on Hopper (cc
+    9.0), "sm80" from cc 8.0 (and on an emulated H100: wgmma is not emulated), "sm75" on
+    a T4; older GPUs lack ldmatrix and mma.sync m16n8k8."""
+    info = cudl.device_info()
+    cc = info["cc"] if cudl.on_gpu() else info["mimics"]["cc"]
+    major, minor = (int(x) for x in cc.split("."))
+    if cudl.on_gpu() and cc == "9.0":
+        return "sm90"
+    if 10 * major + minor >= 80:
+        return "sm80"
+    if 10 * major + minor >= 75:
+        return "sm75"
+    raise RuntimeError(f"compute capability {cc}: the step needs 7.5 (a T4) or newer")
+
+
+@functools.cache
+def gemm_kernel(arch: str) -> tuple[Any, int, int]:
+    """(kernel, threads, dynamic shared bytes) of path `arch`'s row-major GEMM (sm90's
+    kernel 5 is hgemm.py's launcher, made per operand triple)."""
+    tc = cudl.kernels_module("11-tensor-cores/hgemm.py")
+    build = GEMMS["sm75" if arch == "sm75" else "sm80"]
+    file, name, threads, tile, step, opts = tc.KERNELS[build]
+    assert tile == (GEMM_TILE, GEMM_TILE) and step == GEMM_STEP, "check_config's tiles"
+    k = cudl.load(f"{tc.D}/{file}.cu", name, options=opts)
+    return k, threads, tc.shared_bytes(name, opts)
 
 
 @dataclass
@@ -274,21 +310,30 @@ class Model:
     leaves loss-scaled fp32 gradients in `g`; optimizer_step clips, unscales and applies
     AdamW; step does both. split_k: slices of K for the blocks' weight gradients, None to
     choose per shape (choose_split_k, on kernel 5 only), or a number for all four (1: no
-    split-K)."""
+    split-K). arch: the kernels' path (ARCHS), None for this GPU's (device_arch); an
+    older path runs on a newer GPU (and any but "sm90" on the emulator)."""
 
     def __init__(self, cfg: Config, batch: int, params: dict[str, np.ndarray],
-                 hyper: Hyper | None = None, split_k: int | None = None):
+                 hyper: Hyper | None = None, split_k: int | None = None,
+                 arch: str | None = None):
         check_config(cfg, batch)
         xp = cudl.xp
         self.cfg, self.batch, self.hyper = cfg, batch, hyper or Hyper()
-        self.k = kernels()
-        self.attn_fwd = ch12.flash_kernel("flash_attn_2_mma", cfg.hd)
-        self.attn_bwd = ab.main_kernel(2, cfg.hd)
+        own = device_arch()
+        self.arch = arch or own
+        newer = self.arch in ARCHS and ARCHS.index(self.arch) > ARCHS.index(own)
+        if self.arch not in ARCHS or newer and (cudl.on_gpu() or self.arch == "sm90"):
+            raise ValueError(f"arch {self.arch!r}: this device runs {own} or an older "
+                             f"path of {ARCHS}")
+        sm75 = self.arch == "sm75"
+        self.gemm_rm, self.gemm_threads, self.gemm_smem = gemm_kernel(self.arch)
+        self.k = kernels() | {"gemm": self.gemm_rm}
+        self.attn_fwd = ch12.flash_kernel("flash_attn_2_mma", cfg.hd, sm75=sm75)
+        self.attn_bwd = ab.main_kernel(2, cfg.hd, sm75=sm75)
         info = cudl.device_info()
         self.sms = info.get("sms", 4)
-        # chapter 11's kernel 5 needs sm_90a (wgmma, TMA): on other GPUs and the
-        # emulator, kernel 3
-        self.wgmma = cudl.on_gpu() and info.get("cc") == "9.0"
+        # chapter 11's kernel 5 needs sm_90a (wgmma, TMA): elsewhere the path's GEMMS
+        self.wgmma = self.arch == "sm90"
         self.tc = cudl.kernels_module("11-tensor-cores/hgemm.py") if self.wgmma else None
         self.gemm5: dict[tuple, Any] = {}
         # one flat fp32 buffer per kind, each parameter at an offset aligned to 64
@@ -359,7 +404,7 @@ class Model:
         self.norm_buf, self.norm_sq = f32(self.norm_parts), f32(1)
         # split-K of the blocks' weight gradients dW [M, N] = X^T dY, K = T: s fp32
         # partials [s, M, N] of the largest (47 MB at GPT-2 small's automatic choice),
-        # streams for kernel 5's slices, a contiguous copy of A's slice for kernel 3's
+        # streams for kernel 5's slices, a contiguous copy of A's slice for GEMMS'
         if split_k is not None and split_k < 1:
             raise ValueError(f"split_k = {split_k}: a number of slices (1: no split-K) "
                              "or None (automatic)")
@@ -432,7 +477,7 @@ class Model:
         kernel 5, else 1."""
         if self.split_k is not None:
             return self.split_k
-        # kernel 3's slices run one after another: no gain to pay the copies for
+        # GEMMS' slices run one after another: no gain to pay the copies for
         if not self.kernel5(N):
             return 1
         tiles = (M // GEMM5_TILE[0]) * (N // GEMM5_TILE[1])
@@ -442,14 +487,14 @@ class Model:
              split: bool = False) -> None:
         """C [M, N] fp32 = A [M, K] B [K, N], fp16 row-major operands: chapter 11's
         kernel 5 (wgmma + TMA) on Hopper where N is a multiple of its 256-wide tile,
-        kernel 3 (hgemm_3) elsewhere. split: a block's weight gradient, computed over
-        slices of K (split_for) when that pays."""
+        else the path's GEMMS build (kernel 3, or kernel 1 on sm75). split: a block's
+        weight gradient, computed over slices of K (split_for) when that pays."""
         s = self.split_for(M, N, K) if split else 1
         if s > 1:
             self.gemm_split(a.reshape(M, K), b.reshape(K, N), c, M, N, K, s)
         elif not self.kernel5(N):
-            self.k["gemm"]((N // GEMM_TILE, M // GEMM_TILE), 256, (M, N, K, a, b, c),
-                           shared_mem=GEMM_SMEM)
+            self.k["gemm"]((N // GEMM_TILE, M // GEMM_TILE), self.gemm_threads,
+                           (M, N, K, a, b, c), shared_mem=self.gemm_smem)
         else:
             self.launcher5(a.reshape(M, K), b.reshape(K, N), c.reshape(M, N))()
 
@@ -492,13 +537,14 @@ class Model:
             for j in range(1, s):
                 main.wait_event(self.events[j])
         else:
-            # kernel 3 reads rows K apart: each slice of A goes through a contiguous copy
+            # kernels 1 and 3 read rows K apart: each slice of A goes through a
+            # contiguous copy
             for j, (k0, k1) in enumerate(bounds):
                 a_j = self.part(self.a_slice, M, k1 - k0)
                 a_j[...] = a[:, k0:k1]
-                self.k["gemm"]((N // GEMM_TILE, M // GEMM_TILE), 256,
+                self.k["gemm"]((N // GEMM_TILE, M // GEMM_TILE), self.gemm_threads,
                                (M, N, k1 - k0, a_j, b[k0:k1], parts[j]),
-                               shared_mem=GEMM_SMEM)
+                               shared_mem=self.gemm_smem)
         n = M * N
         self.k["split_k_reduce"]((self.grid(n // 4),), 256, (parts, s, n, c))
 

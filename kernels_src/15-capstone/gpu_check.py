@@ -4,6 +4,7 @@ shape against its PyTorch twin. Needs CuPy and PyTorch; about 5 minutes on an H2
     python kernels_src/15-capstone/gpu_check.py --out $OUT/capstone.json       # from the repository root
     python kernels_src/15-capstone/gpu_check.py --batch 8 --seconds 60 --skip compile
     python kernels_src/15-capstone/gpu_check.py --skip check train compile --split-k 1   # split-K off
+    python kernels_src/15-capstone/gpu_check.py --arch sm75 --batch 4   # the T4 path (on any GPU)
 
 1. check: one step's per-parameter gradients against the twin in float32 (TF32 off), within twice the
    distance of a float32 twin rounded to fp16 where the book's step rounds (what fp16 alone costs); the loss
@@ -86,13 +87,14 @@ def tokens_t(a: np.ndarray) -> torch.Tensor:
 
 
 @section("check")
-def check(cfg: gt.Config, batch: int, params: dict, x: np.ndarray, y: np.ndarray, split_k: int | None = None) -> None:
-    model = gt.Model(cfg, batch, params, split_k=split_k)
+def check(cfg: gt.Config, batch: int, params: dict, x: np.ndarray, y: np.ndarray, split_k: int | None = None,
+          arch: str | None = None) -> None:
+    model = gt.Model(cfg, batch, params, split_k=split_k, arch=arch)
     model.forward_backward(x, y)
     cudl.sync()
     book_losses = cudl.to_numpy(model.losses).astype(np.float64)
     gb = model.gradients()
-    scale = model.scale
+    scale, arch = model.scale, model.arch
     del model
     free_cupy()
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -124,7 +126,7 @@ def check(cfg: gt.Config, batch: int, params: dict, x: np.ndarray, y: np.ndarray
     worst = max((v["err"] / max(v["fp16_share"], 1e-30), k) for k, v in out.items())
     log(f"loss book {out['losses']['book']:.6f}, twin float32 {out['losses']['twin']:.6f}; worst ratio to fp16's "
         f"share {worst[0]:.2f} ({worst[1]})")
-    results["sections"]["check"] = dict(ok=not bad, failures=bad, per_param=out)
+    results["sections"]["check"] = dict(ok=not bad, failures=bad, per_param=out, arch=arch)
     if bad:
         print("CHECK FAILED:\n  " + "\n  ".join(bad), flush=True)
         failed.append("check: " + "; ".join(bad[:5]))
@@ -183,7 +185,8 @@ def timing(cfg: gt.Config, batch: int, params: dict, x: np.ndarray, y: np.ndarra
     out: dict = {"tokens_per_step": tokens}
     pool = cupy.get_default_memory_pool()
     pool.free_all_blocks()
-    model = gt.Model(cfg, batch, params, split_k=args.split_k)
+    model = gt.Model(cfg, batch, params, split_k=args.split_k, arch=args.arch)
+    out["arch"] = model.arch
     out["split_k"] = model.splits  # slices of K of each block matrix's weight gradient
     log(f"split-K of the weight gradients: {model.splits} ({'automatic' if args.split_k is None else 'forced'})")
     model.load_batch(x, y)
@@ -304,7 +307,7 @@ def train(cfg: gt.Config, batch: int, params: dict, args) -> None:
 
     out: dict = {"corpus": args.corpus, "bytes": len(data), "batch": batch, "lr": args.lr}
     # the book
-    model = gt.Model(cfg, batch, params, hyper, split_k=args.split_k)
+    model = gt.Model(cfg, batch, params, hyper, split_k=args.split_k, arch=args.arch)
     batches = gt.Batches(data, batch, cfg.seq, seed=args.seed)
     losses, vals, t = [], [], time.time()
     while time.time() - t < seconds and len(losses) < args.max_steps:
@@ -372,6 +375,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--toy", action="store_true", help="the toy config (a quick smoke run of this script)")
     ap.add_argument("--split-k", type=int, default=None,
                     help="slices of K of the blocks' weight gradients (1: off; default: chosen per shape)")
+    ap.add_argument("--arch", choices=gt.ARCHS, default=None,
+                    help="the kernels' path (default: this GPU's); sm75 runs the T4 path on a newer GPU")
     return ap.parse_args(argv)
 
 
@@ -390,7 +395,7 @@ def main() -> int:
     gt.kernels()
     x, y = gt.Batches(gt.corpus("book"), batch, cfg.seq, seed=args.seed).next()
     if "check" not in args.skip:
-        check(cfg, batch, params, x, y, args.split_k)
+        check(cfg, batch, params, x, y, args.split_k, args.arch)
     if "timing" not in args.skip:
         timing(cfg, batch, params, x, y, args)
         free_torch()  # what the section held is garbage now
