@@ -28,6 +28,11 @@ import gpt_train as gt  # noqa: E402
 
 U32 = 2.0**-24
 OPS = gt.OPS
+# The step's tests run kernel 3's path ("sm80") on the emulator unless they name another: the emulator's
+# default T4 would pick "sm75", whose WMMA GEMM the emulator runs ~9 times slower (each lane computes the whole
+# 16 x 16 tile, cudl/emulator/include/cudl_wmma.h); test_loss_and_gradients_match_the_twin runs every path.
+# On a GPU, the GPU's own path.
+ARCH = None if cudl.on_gpu() else "sm80"
 
 
 def dev(a):
@@ -447,11 +452,33 @@ def rel(a, b, size) -> float:
     return float(np.linalg.norm(a - b) / (np.linalg.norm(size) or 1.0))
 
 
-def test_loss_and_gradients_match_the_twin(toy):
+def runnable(arch: str) -> None:
+    """Skip a path this device cannot run: one newer than its own, or "sm90" (kernel 5) on the emulator."""
+    if arch == "sm90" and not cudl.on_gpu() or gt.ARCHS.index(arch) > gt.ARCHS.index(gt.device_arch()) \
+            and cudl.on_gpu():
+        pytest.skip(f"path {arch} needs a newer GPU than this device's ({gt.device_arch()})")
+
+
+@pytest.mark.parametrize("arch", gt.ARCHS)
+def test_loss_and_gradients_match_the_twin(toy, arch):
+    """One step of each path (sm75: a T4's kernels, forced on any device) against the twins; every product
+    it launches has M, N and K multiples of its GEMM's tile and K step (kernels 1 and 3 have no bounds
+    checks)."""
+    runnable(arch)
     torch, seed, params, batches = toy
     x, y = batches.next()
-    model = gt.Model(gt.TOY, BATCH, params)
+    model = gt.Model(gt.TOY, BATCH, params, arch=arch)
+    assert model.arch == arch
+    shapes, gemm = [], model.gemm
+
+    def spy(a, b, c, M, N, K, split=False):
+        shapes.append((M, N, K))
+        gemm(a, b, c, M, N, K, split=split)
+
+    model.gemm = spy
     model.forward_backward(x, y)
+    assert len(shapes) == 3 + 12 * gt.TOY.layers  # the head: 1 forward, 2 backward; 4 + 8 per layer
+    assert all(M % gt.GEMM_TILE == 0 and N % gt.GEMM_TILE == 0 and K % gt.GEMM_STEP == 0 for M, N, K in shapes)
     t64, t16 = twins(torch, params, model.scale)
     l64, l16 = (t.losses(x, y) for t in (t64, t16))
     (l64.mean()).backward()
@@ -483,7 +510,7 @@ def test_training_steps_track_the_twin(toy):
     test_optimizer_step_matches_float64 checks the update given the book's own gradients."""
     torch, seed, params, batches = toy
     hyper = gt.Hyper(lr=1e-3, max_norm=0.5, dynamic=False)
-    model = gt.Model(gt.TOY, BATCH, params, hyper)
+    model = gt.Model(gt.TOY, BATCH, params, hyper, arch=ARCH)
     bad = []
     for step in range(4):
         now = model.params()  # the book's parameters after its previous steps
@@ -514,7 +541,7 @@ def test_overflow_skips_the_step_and_halves_the_scale(toy):
     """A loss scale so large that fp16 overflows: the step is skipped (parameters unchanged), the scale
     halves."""
     _, _, params, batches = toy
-    model = gt.Model(gt.TOY, BATCH, params, gt.Hyper(loss_scale=2.0**40))
+    model = gt.Model(gt.TOY, BATCH, params, gt.Hyper(loss_scale=2.0**40), arch=ARCH)
     x, y = batches.next()
     model.forward_backward(x, y)
     norm = model.optimizer_step()
@@ -531,7 +558,7 @@ def test_optimizer_step_matches_float64(toy):
     fp32 norm is a sum of a million squares (relative error ~ sqrt(n) u32 = 6e-5 at most in practice)."""
     _, seed, params, batches = toy
     hyper = gt.Hyper(lr=1e-3, max_norm=0.5, dynamic=False)
-    model = gt.Model(gt.TOY, BATCH, params, hyper)
+    model = gt.Model(gt.TOY, BATCH, params, hyper, arch=ARCH)
     x, y = batches.next()
     model.forward_backward(x, y)
     g = model.gradients()  # float64, unscaled
@@ -572,9 +599,9 @@ def test_gpu_check_sections_run_on_the_emulator(toy, monkeypatch):
     monkeypatch.setattr(gpu_check, "failed", [])
     monkeypatch.setattr(gpu_check, "results", {"sections": {}})
     x, y = batches.next()
-    gpu_check.check(gt.TOY, BATCH, params, x, y)
+    gpu_check.check(gt.TOY, BATCH, params, x, y, arch=ARCH)
     args = argparse.Namespace(corpus="book", seed=1, eval_batches=1, seconds=1e9, lr=1e-3, warmup=2,
-                              max_steps=3, eval_every=2, split_k=None)
+                              max_steps=3, eval_every=2, split_k=None, arch=ARCH)
     gpu_check.train(gt.TOY, BATCH, params, args)
     assert gpu_check.failed == [], gpu_check.failed
     assert gpu_check.results["sections"]["check"]["ok"]
@@ -619,7 +646,7 @@ def test_split_k_gradients_match_the_unsplit_step():
     seed, batch, s = int(np.random.default_rng().integers(2**31)), 4, 3
     params = gt.init_params(gt.TOY, seed)
     x, y = gt.Batches(gt.corpus("book"), batch, gt.TOY.seq, seed=seed).next()
-    model = gt.Model(gt.TOY, batch, params, split_k=s)
+    model = gt.Model(gt.TOY, batch, params, split_k=s, arch=ARCH)
     assert model.splits == dict.fromkeys(gt.MATRICES, s)
     model.partials[...] = np.nan
     operands, gemm = [], model.gemm
@@ -640,7 +667,7 @@ def test_split_k_gradients_match_the_unsplit_step():
         if not (np.abs(got - ref) <= 2 * (a.shape[1] + s) * U32 * (np.abs(a) @ np.abs(b))).all():
             bad.append(f"{name}: split-K's dW outside fp32's bound of the float64 product of its operands")
     if not cudl.on_gpu():
-        ref = gt.Model(gt.TOY, batch, params, split_k=1)
+        ref = gt.Model(gt.TOY, batch, params, split_k=1, arch=ARCH)
         ref.forward_backward(x, y)
         bad += [f"{n}: differs from split_k=1's, though split-K does not compute it" for n in model.offsets
                 if n not in split_names and not np.array_equal(host(model.view(model.g, n)), host(ref.view(ref.g, n)))]
@@ -658,7 +685,7 @@ def test_split_k_on_kernel_5_streams_and_slices(monkeypatch):
 
     from cudl.tma import tensor_map_args
 
-    model = gt.Model(gt.TOY, BATCH, gt.init_params(gt.TOY, 0), split_k=1)
+    model = gt.Model(gt.TOY, BATCH, gt.init_params(gt.TOY, 0), split_k=1, arch=ARCH)
     log, current = [], ["main"]
 
     class Stream:
@@ -710,3 +737,132 @@ def test_split_k_on_kernel_5_streams_and_slices(monkeypatch):
                    ("wait", "main", "e1"), ("wait", "main", "e2")]
     a64, b64 = a.astype(np.float64), b.astype(np.float64)
     assert (np.abs(host(c) - a64 @ b64) <= (K + s) * U32 * (np.abs(a64) @ np.abs(b64))).all()
+
+
+# ------------------------------------------------------------------------------------ the T4 path
+
+
+def test_device_arch_follows_the_compute_capability(monkeypatch):
+    """The path of each compute capability (on the emulator, of the GPU it mimics), and which path a device
+    accepts: its own and older ones; "sm90" (kernel 5) only on a Hopper GPU."""
+    import cudl.emulator
+
+    monkeypatch.setattr(cudl, "on_gpu", lambda: True)
+    for cc, arch in (("7.5", "sm75"), ("8.0", "sm80"), ("8.9", "sm80"), ("9.0", "sm90"), ("12.0", "sm80")):
+        monkeypatch.setattr(cudl, "device_info", lambda cc=cc: {"cc": cc})
+        assert gt.device_arch() == arch, cc
+    monkeypatch.setattr(cudl, "device_info", lambda: {"cc": "7.0"})
+    with pytest.raises(RuntimeError, match="7.5"):
+        gt.device_arch()
+    monkeypatch.setattr(cudl, "on_gpu", lambda: False)
+    for key, arch in (("T4", "sm75"), ("A100", "sm80"), ("H100", "sm80")):  # wgmma is not emulated
+        monkeypatch.setenv("CUDL_EMULATOR_DEVICE", key)
+        monkeypatch.setattr(cudl, "device_info", lambda: {"cc": None, "mimics": cudl.emulator.device()})
+        assert gt.device_arch() == arch, key
+    monkeypatch.undo()
+    if not cudl.on_gpu():
+        params = gt.init_params(gt.TOY, 0)
+        for arch in ("sm90", "sm70"):
+            with pytest.raises(ValueError, match="arch"):
+                gt.Model(gt.TOY, BATCH, params, arch=arch)
+
+
+def test_gemm_builds_take_the_step_shapes():
+    """Every product's M, N and K is one of T = batch x seq, d, 3d, 4d and V: check_config accepts GPT-2 small
+    and the toy at the chapter's batches, and each path's GEMM build (chapter 11's KERNELS) takes tiles that
+    divide them, with no shared memory beyond a T4's 48 KiB without opt-in."""
+    tc = cudl.kernels_module("11-tensor-cores/hgemm.py")
+    for cfg, batches in ((gt.GPT2, (1, 2, 4, 16)), (gt.TOY, (2, 4))):
+        for b in batches:
+            gt.check_config(cfg, b)
+            T, C, V = b * cfg.seq, cfg.d, cfg.vocab
+            for build in gt.GEMMS.values():
+                _, kernel, threads, (bm, bn), bk, opts = tc.KERNELS[build]
+                assert all(n % bm == 0 and n % bn == 0 and n % bk == 0 for n in (T, C, 3 * C, 4 * C, V)), build
+                assert tc.shared_bytes(kernel, opts) <= 48 * 1024 and threads <= 1024
+
+
+def launched_kernels(arch: str):
+    """Every kernel one step of path `arch` launches at the toy size, with the largest block and dynamic shared
+    memory it is launched with."""
+    from cudl.kernel import Kernel
+
+    seen, call = {}, Kernel.__call__
+
+    def spy(self, grid, block, args, shared_mem=0):
+        threads = int(np.prod(block if isinstance(block, tuple) else (block,)))
+        _, t, s = seen.get(id(self), (self, 0, 0))
+        seen[id(self)] = (self, max(t, threads), max(s, shared_mem))
+        return call(self, grid, block, args, shared_mem=shared_mem)
+
+    params = gt.init_params(gt.TOY, 0)
+    x, y = gt.Batches(gt.corpus("book"), BATCH, gt.TOY.seq, seed=0).next()
+    model = gt.Model(gt.TOY, BATCH, params, arch=arch)
+    Kernel.__call__ = spy
+    try:
+        model.forward_backward(x, y)
+        model.optimizer_step()
+    finally:
+        Kernel.__call__ = call
+    return model, list(seen.values())
+
+
+@pytest.fixture(scope="module")
+def sm75_kernels():
+    if cudl.on_gpu():
+        pytest.skip("the emulator records the launches of the forced sm75 path; on a GPU the GPU is the judge")
+    return launched_kernels("sm75")
+
+
+def test_sm75_path_compiles_for_a_t4(sm75_kernels):
+    """Every kernel of the T4 path (forward, backward, optimizer), as the step builds and launches it, compiles
+    for sm_75 with NVRTC and fits a T4: static + dynamic shared memory within 64 KiB per block (at d = LN_MAX_D
+    for residual_layernorm, the one launch whose shared memory grows with d; the attention's depends on the
+    head dimension only, 64 in GPT-2 small as in the toy), registers x threads within 64 K per block."""
+    pytest.importorskip("cuda.bindings")
+    from cudl.compile import nvrtc_resources
+    from cudl.occupancy import LIMITS
+
+    t4 = LIMITS["7.5"]
+    model, launched = sm75_kernels
+    names = {k.name for k, _, _ in launched}
+    assert {"hgemm_1_wmma", "flash_attn_2_mma", "flash_attn_bwd_2_mma", "adamw_step"} <= names, names
+    assert {"hgemm_3_cp_async", "hgemm_5_wgmma_tma"}.isdisjoint(names)
+    assert "-DFLASH_SM75" in model.attn_fwd._options and "-DTC_SM75" in model.attn_bwd._options
+    bad = []
+    for k, threads, dynamic in launched:
+        expr = (k.name,) if "<" in k.name else ()
+        res = nvrtc_resources(k._source, k.shown, "sm_75", k._options, expr)[k.name]
+        if k.name == "residual_layernorm":
+            dynamic = 16 * (gt.LN_MAX_D + 2) * 2
+        if res["shared"] + dynamic > t4.smem_per_block:
+            bad.append(f"{k.name}: {res['shared']} B static + {dynamic} B dynamic shared memory")
+        if res["regs"] * threads > 64 * 1024:
+            bad.append(f"{k.name}: {res['regs']} registers x {threads} threads")
+    assert not bad, "above a T4's limits:\n" + "\n".join(bad)
+
+
+def test_sm75_path_compiles_with_nvrtc12(sm75_kernels):
+    """The same sources and options with NVRTC 12 for sm_75, as CuPy compiles them on Colab's T4. Sources that
+    include mma.h (WMMA) need CUDA 12's crt/ headers, which no pip wheel ships: those are reported as skipped
+    after the others have compiled (test_sm75_path_compiles_for_a_t4 compiles them with NVRTC 13)."""
+    sys.path.insert(0, str(KERNELS_DIR.parent / "tests"))
+    import nvrtc12
+
+    if nvrtc12.library() is None:
+        pytest.skip("pip install nvidia-cuda-nvrtc-cu12 nvidia-cuda-runtime-cu12 to compile as Colab does")
+    from cudl.errors import CompileError
+
+    _, launched = sm75_kernels
+    no_crt = []
+    for k, _, _ in launched:
+        try:
+            nvrtc12.compile_cubin(k._source, k.shown, "sm_75", k._options,
+                                  name_expressions=(k.name,) if "<" in k.name else ())
+        except CompileError as exc:
+            if 'cannot open source file "crt/' not in str(exc):
+                raise
+            no_crt.append(k.name)
+    if no_crt:
+        pytest.skip(f"{len(launched) - len(no_crt)} kernels compiled; {len(no_crt)} ({', '.join(no_crt)}) "
+                    "need CUDA 12's crt/ headers (Colab's toolkit has them)")
