@@ -169,6 +169,22 @@ MUTATIONS = [
              "            if (!keep) c.w = me;\n",
              "",
              ("tests/emulator/test_races.py",), "the race check never records a write: read-after-write is missed"),
+    # ------------------------------------------------------------------ chapter 15: the T4 path of the training step
+    Mutation("gpt-t4-takes-the-sm80-path", "kernels_src/15-capstone/gpt_train.py",
+             "    if 10 * major + minor >= 80:\n        return \"sm80\"",
+             "    if 10 * major + minor >= 75:\n        return \"sm80\"",
+             ("tests/kernels/test_15_gpt_train.py", "-k", "device_arch"),
+             "a T4 (cc 7.5) gets the sm80 path: kernel 3's GEMM and the attention's sm_80 builds"),
+    Mutation("gpt-sm75-backward-without-its-t4-build", "kernels_src/15-capstone/gpt_train.py",
+             "self.attn_bwd = ab.main_kernel(2, cfg.hd, sm75=sm75)",
+             "self.attn_bwd = ab.main_kernel(2, cfg.hd)",
+             ("tests/kernels/test_15_gpt_train.py", "-k", "sm75_path_compiles_for_a_t4"),
+             "the sm75 path launches the attention backward's sm_80 build (m16n8k16: no such mma on a T4)"),
+    Mutation("gpt-sm75-gemm-is-kernel-3", "kernels_src/15-capstone/gpt_train.py",
+             'GEMMS = {"sm75": "1: WMMA, 128 x 128 tile", "sm80": "3: cp.async pipeline"}',
+             'GEMMS = {"sm75": "3: cp.async pipeline", "sm80": "3: cp.async pipeline"}',
+             ("tests/kernels/test_15_gpt_train.py", "-k", "sm75_path_compiles_for_a_t4"),
+             "the sm75 path's products run on kernel 3 instead of chapter 11's WMMA kernel"),
 ]
 
 
