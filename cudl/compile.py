@@ -6,6 +6,7 @@ compile test that runs NVRTC without a GPU through `cuda-bindings`.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import hashlib
 import importlib.util
@@ -378,15 +379,34 @@ class GlobalVar:
     shape: tuple[int, ...] | None
 
 
+def _outside_braces(text: str) -> list[tuple[int, bool]]:
+    """(offset, whether what follows is inside no braces but `extern "C" { }`) at every brace of a text."""
+    marks, stack = [(0, True)], []
+    for m in re.finditer(r'"(?:\\.|[^"\\])*"|\bextern\s+"C"\s*\{|[{}]', text):
+        if m.group().startswith('"'):
+            continue
+        if m.group() == "}":
+            if stack:
+                stack.pop()
+        else:
+            stack.append(m.group() != "{")  # True: an extern "C" block
+        marks.append((m.end(), all(stack)))
+    return marks
+
+
 def global_vars(source: str, options: tuple[str, ...] = (), emulator: bool = False) -> dict[str, GlobalVar]:
-    """The `__constant__` and `__device__` variables (not functions) a compiler sees in a source."""
+    """The `__constant__` and `__device__` variables (not functions) a compiler sees at file scope of a source
+    (not in a namespace, nor `static` in a function: the emulator names each in an accessor)."""
     text = preprocess(source, tuple(options), emulator)
     tdefs = typedefs(text)
+    scope = _outside_braces(text)
     out = {}
     for m in re.finditer(r"(?:(?<=[;{}])|^)\s*((?:\w+\s+)*?(?:__constant__|__device__)\b[^;{}()=]*?)\b(\w+)\s*"
                          r"((?:\[[^\]]*\])*)\s*(?:=[^;]*)?;", text):
         words = m.group(1).split()
         if {"extern", "__shared__", "template"} & set(words):
+            continue
+        if not scope[bisect.bisect_right(scope, (m.start(2), True)) - 1][1]:
             continue
         dims = re.findall(r"\[([^\]]*)\]", m.group(3))
         ok = all(re.fullmatch(r"[\d\s+\-*/()uUlL]+", d) for d in dims)

@@ -79,10 +79,27 @@ def test_globals_found_with_their_shapes():
 __constant__ float filt[(2 * R + 1) * (2 * R + 1)];
 static __device__ unsigned int counter = 0;
 __device__ float helper(float x) { return x; }
-__constant__ double m[3][4];"""
+__constant__ double m[3][4];
+namespace ns { __device__ int in_ns; }
+extern "C" { __device__ int in_extern_c; }
+__global__ void k(int* y) { static __device__ int calls; const char* s = "{"; y[0] = ++calls + *s; }"""
     g = global_vars(src)
     assert {k: (v.base, v.shape) for k, v in g.items()} == {
-        "filt": ("float", (25,)), "counter": ("unsigned int", ()), "m": ("double", (3, 4))}
+        "filt": ("float", (25,)), "counter": ("unsigned int", ()), "m": ("double", (3, 4)), "in_extern_c": ("int", ())}
+
+
+def test_a_static_variable_in_a_kernel_compiles_and_is_kept():
+    """A `static __device__` variable in a function or one in a namespace is no file-scope global (no accessor
+    for get_global), but the module keeps it between launches and module_variables lists it."""
+    src = """namespace ns { __device__ int base = 10; }
+extern "C" __global__ void k(int* y) { static __device__ int calls; y[0] = ns::base + calls++; }"""
+    k = cudl.load(src, "k")
+    y = np.zeros(1, np.int32)
+    k(1, 1, (y,))
+    k(1, 1, (y,))
+    assert y[0] == 11
+    found = dict(k.module_variables())
+    assert found["_ZZ1kE5calls"].view(np.int32)[0] == 2 and found["_ZN2ns4baseE"].view(np.int32)[0] == 10
 
 
 STATEFUL = """#define SLOTS 4
