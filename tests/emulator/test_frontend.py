@@ -162,6 +162,42 @@ def test_nvrtc_lists_every_variable_a_module_keeps():
                      "_ZN2ns1dE": 16}, found
 
 
+def test_module_variables_on_a_gpu_with_a_stand_in_cupy(monkeypatch):
+    """The GPU branch: the CUBIN's names for this device's architecture, each looked up in the loaded module
+    (cuModuleGetGlobal through CuPy) and viewed as bytes; the toolkit's own helpers may be missing there, a
+    variable of the kernel may not."""
+    pytest.importorskip("cuda.bindings")
+    import sys
+    import types
+
+    from cudl.kernel import Kernel
+
+    class DriverError(Exception):
+        pass
+
+    looked_up, missing = [], {"__nv_helper"}
+
+    class Module:
+        def get_global(self, name):
+            looked_up.append(name)
+            if name in missing:
+                raise DriverError(name)
+            return f"ptr:{name}"
+
+    cuda = types.SimpleNamespace(Device=lambda: types.SimpleNamespace(compute_capability="90"),
+                                 driver=types.SimpleNamespace(CUDADriverError=DriverError))
+    fake = types.SimpleNamespace(cuda=cuda, uint8="u8", ndarray=lambda shape, dtype, ptr: (shape, dtype, ptr))
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    src = "__device__ char __nv_helper;  // named as the toolkit's own (atomicExch's, CUDA 13)\n" + STATEFUL
+    k = Kernel("k", [], "stateful.cu", None, "gpu", Module(), src, ())
+    got = dict(k.module_variables())
+    assert got["keys"] == ((32,), "u8", "ptr:keys") and got["w"] == ((12,), "u8", "ptr:w")
+    assert "__nv_helper" in looked_up and "__nv_helper" not in got and len(got) == len(looked_up) - 1
+    missing.add("keys")
+    with pytest.raises(RuntimeError, match="no variable keys"):
+        k.module_variables()
+
+
 def test_only_requested_kernels_when_another_cannot_get_an_entry_point():
     src = """__global__ void over(float* x) { x[0] = 1; }
 __global__ void over(double* x) { x[0] = 2; }
