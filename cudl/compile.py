@@ -6,6 +6,7 @@ compile test that runs NVRTC without a GPU through `cuda-bindings`.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import hashlib
 import importlib.util
@@ -378,15 +379,34 @@ class GlobalVar:
     shape: tuple[int, ...] | None
 
 
+def _outside_braces(text: str) -> list[tuple[int, bool]]:
+    """(offset, whether what follows is inside no braces but `extern "C" { }`) at every brace of a text."""
+    marks, stack = [(0, True)], []
+    for m in re.finditer(r'"(?:\\.|[^"\\])*"|\bextern\s+"C"\s*\{|[{}]', text):
+        if m.group().startswith('"'):
+            continue
+        if m.group() == "}":
+            if stack:
+                stack.pop()
+        else:
+            stack.append(m.group() != "{")  # True: an extern "C" block
+        marks.append((m.end(), all(stack)))
+    return marks
+
+
 def global_vars(source: str, options: tuple[str, ...] = (), emulator: bool = False) -> dict[str, GlobalVar]:
-    """The `__constant__` and `__device__` variables (not functions) a compiler sees in a source."""
+    """The `__constant__` and `__device__` variables (not functions) a compiler sees at file scope of a source
+    (not in a namespace, nor `static` in a function: the emulator names each in an accessor)."""
     text = preprocess(source, tuple(options), emulator)
     tdefs = typedefs(text)
+    scope = _outside_braces(text)
     out = {}
     for m in re.finditer(r"(?:(?<=[;{}])|^)\s*((?:\w+\s+)*?(?:__constant__|__device__)\b[^;{}()=]*?)\b(\w+)\s*"
                          r"((?:\[[^\]]*\])*)\s*(?:=[^;]*)?;", text):
         words = m.group(1).split()
         if {"extern", "__shared__", "template"} & set(words):
+            continue
+        if not scope[bisect.bisect_right(scope, (m.start(2), True)) - 1][1]:
             continue
         dims = re.findall(r"\[([^\]]*)\]", m.group(3))
         ok = all(re.fullmatch(r"[\d\s+\-*/()uUlL]+", d) for d in dims)
@@ -509,3 +529,44 @@ def nvrtc_resources(source: str, shown: str, arch: str, options: tuple[str, ...]
     res = cubin_resources(cubin)
     res.update({n: res[low] for n, low in lowered.items() if low in res})
     return res
+
+
+def elf_symbols(elf: bytes) -> list[tuple[str, int, int, int, str, int]]:
+    """(name, type, value, bytes, section, section flags) of every symbol an ELF64 file (a CUBIN, a shared
+    library) defines in its .symtab; type is the ELF's STT_* (1 an object, 2 a function, 6 thread-local)."""
+    shoff = struct.unpack_from("<Q", elf, 0x28)[0]
+    entsize, count, strndx = struct.unpack_from("<HHH", elf, 0x3A)
+    secs = [struct.unpack_from("<IIQQQQIIQQ", elf, shoff + i * entsize) for i in range(count)]
+
+    def text(off: int) -> str:
+        return elf[off:elf.index(b"\0", off)].decode(errors="replace")
+
+    names = [text(secs[strndx][4] + s[0]) for s in secs]
+    out = []
+    for s in secs:
+        if s[1] != 2:  # SHT_SYMTAB
+            continue
+        strtab = secs[s[6]][4]
+        for off in range(s[4], s[4] + s[5], 24):  # Elf64_Sym: name, info, other, section, value, size
+            name, info, _, shndx, value, size = struct.unpack_from("<IBBHQQ", elf, off)
+            if 0 < shndx < len(secs):  # defined in a section of the file (not undefined, absolute, common)
+                out.append((text(strtab + name), info & 0xF, value, size, names[shndx], secs[shndx][2]))
+    return out
+
+
+def cubin_variables(cubin: bytes) -> list[tuple[str, int]]:
+    """(name, bytes) of every variable of a CUBIN that lives in global or constant memory: `__device__`,
+    `__constant__`, `__managed__` and `static` ones, at file scope or in a function. The compiler's own string
+    literals (`$str`, printf's formats) are left out: a kernel cannot write them."""
+    return [(name, size) for name, kind, _, size, section, _ in elf_symbols(cubin)
+            if kind == 1 and size and section.startswith((".nv.global", ".nv.constant")) and not name.startswith("$")]
+
+
+@functools.lru_cache(maxsize=64)
+def nvrtc_variables(source: str, shown: str, options: tuple[str, ...], arch: str) -> tuple[tuple[str, int], ...]:
+    """cubin_variables of a source as NVRTC compiles it for `arch` (e.g. sm_90; an -arch in `options` wins):
+    the names a module compiled from it gives cuModuleGetGlobal, and their sizes."""
+    opts = ["-std=c++17", *([] if any(o.startswith(("-arch=", "--gpu-architecture=")) for o in options)
+                            else [f"-arch={arch}"]), *options]
+    _, cubin, _ = _nvrtc(source, shown, opts, (), True, "(NVRTC, to list its variables)")
+    return tuple(cubin_variables(cubin))

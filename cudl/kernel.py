@@ -17,6 +17,7 @@ from .compile import (
     include_options,
     includes_digest,
     kernel_decls,
+    nvrtc_variables,
     parse_params,
     preprocess,
     resolve,
@@ -118,6 +119,27 @@ class Kernel:
         if values.shape != g.shape or values.dtype != g.dtype:
             raise ValueError(f"{name} is {g.dtype}{list(g.shape)}, got {values.dtype}{list(values.shape)}")
         g[...] = values
+
+    def module_variables(self) -> list[tuple[str, Any]]:
+        """Every variable the kernel's module keeps from one launch to the next (`__device__`, `__constant__`,
+        `__managed__`, `static` ones in functions), as (name, bytes): a uint8 array on this backend that aliases
+        it. Read from the compiled binary's symbol table (the CUBIN, the emulator's library), not from the source,
+        so that no declaration the compiler kept is missed."""
+        if self.backend == "gpu":
+            import cupy
+
+            cc = cupy.cuda.Device().compute_capability
+            out = []
+            for name, size in nvrtc_variables(self._source, self.shown, self._options, f"sm_{cc}"):
+                try:
+                    ptr = self.module.get_global(name)
+                except cupy.cuda.driver.CUDADriverError:
+                    if "__nv_" in name or "__cuda" in name:  # the toolkit's own (atomics' helpers): not the kernel's
+                        continue
+                    raise RuntimeError(f"{self.shown}: the driver finds no variable {name} in its module") from None
+                out.append((name, cupy.ndarray((size,), cupy.uint8, ptr)))
+            return out
+        return self._impl.variables()
 
     @property
     def max_threads_per_block(self) -> int:

@@ -444,12 +444,13 @@ def _record(g, source: str):
 
 @pytest.mark.skipif(ON_GPU, reason="runs the speed machinery on the emulator with a stand-in timer")
 def test_speed_replays_are_rotated_restored_and_checked(monkeypatch):
-    """Every timed run replays another input set than the run before, from buffers restored untimed, and the
-    student's outputs are checked after each run: a kernel that does half the work when it sees an input again
-    is caught; one that skips work for the input of its previous launch never gets to skip."""
+    """Every timed run replays another input set than the run before, from buffers and module variables restored
+    untimed, and the student's outputs are checked after each run: a kernel that skips work for the input of its
+    previous launch, or does half of it for an input it has seen, never gets to skip; were its variables kept,
+    the half sum would be caught by the check."""
     import importlib
 
-    from cudl.grade.speed import Gamed, measure
+    from cudl.grade.speed import Gamed, ModuleState, measure
 
     monkeypatch.setattr(importlib.import_module("cudl.bench"), "bench", _fake_bench())
     g = REGISTRY["bias_grad_tall"]
@@ -472,6 +473,9 @@ def test_speed_replays_are_rotated_restored_and_checked(monkeypatch):
     measure(skips, solution, rounds=2)  # rotated: never the input of the launch before, so it does the work
     defers = _record(small, by_content("bias_grad_tall__defers_half.cu",
                                        "atomicAdd(&seen_ptr[i], 0ull) == (u64)dy && "))
+    measure(defers, solution, rounds=2)  # its variables as loaded at every run: it never sees an input again
+    # Were the module's variables kept, the check after each run would catch half a sum.
+    monkeypatch.setattr(ModuleState, "restore", lambda self: None)
     with pytest.raises(Gamed, match=r"run \d+ of a timing loop gave a wrong result"):
         measure(defers, solution, rounds=1)
 
@@ -501,6 +505,79 @@ def test_restore_puts_back_what_the_first_launch_saw():
         rec.verify("run 2")
 
 
+STATEFUL = r"""
+__device__ int launches;              // counts every launch of the module
+__device__ int start = 42;            // a non-zero initializer, overwritten by the first launch
+__device__ float kept_key[4], kept_sum[4];  // results kept by input (first value), as a cache does
+__device__ unsigned kept;
+__constant__ float gain;              // filled by the run with set_global before its launch
+extern "C" __global__ void stateful(const float* __restrict__ x, float* __restrict__ out, int n) {
+    float hit = -1.0f;
+    for (unsigned i = 0; i < kept && i < 4; ++i)
+        if (kept_key[i] == x[0]) hit = kept_sum[i];
+    float s = 0.0f;
+    for (int i = 0; i < n; ++i) s += x[i];
+    out[0] = launches; out[1] = start; out[2] = hit; out[3] = gain * s;
+    ++launches;
+    start = -1;
+    if (kept < 4) { kept_key[kept] = x[0]; kept_sum[kept] = s; ++kept; }
+}
+"""
+
+
+@pytest.mark.parametrize("restored", [True, False])
+def test_speed_replays_start_from_the_module_variables_as_loaded(monkeypatch, restored):
+    """Before every replay the kernels' module variables are put back as they were right after loading: a
+    launch counter reads the same count at every replay, a __device__ variable with an initializer has it
+    again, a cache of results is empty; what the run filled with set_global is filled again. Without the
+    restore (restored=False) the same replays see the counts grow and the cache hit. Both backends: on a GPU
+    the variables come from the CUBIN's symbol table and cuModuleGetGlobal."""
+    import importlib
+
+    import numpy as np
+
+    import cudl
+    from cudl.grade._child import _Watched
+    from cudl.grade.speed import ModuleState, Recorded, Rotation, module_state, time_sets
+
+    if not restored:
+        monkeypatch.setattr(ModuleState, "restore", lambda self: None)
+    k = cudl.load(STATEFUL + f"// {restored}\n", "stateful")  # a module of its own, fresh
+    module_state(k)  # right after loading, as cudl.grade._child does
+    sets, seen = [], []
+    for i in range(3):
+        rec = Recorded()
+        x, out = cudl.randn(8), cudl.poisoned(4)
+        w = _Watched(k, lambda *a: None, rec)
+        w.set_global("gain", np.float32(2.0))
+        w((1,), (1,), (x, out, 8))
+        got = out.get() if hasattr(out, "get") else out
+        assert got[0] == i and got[1] == (42 if i == 0 else -1) and got[2] == -1  # recorded on fresh inputs
+
+        def capture(*args, out=out, **kwargs):
+            k(*args, **kwargs)
+            seen.append(out.get() if hasattr(out, "get") else out.copy())  # CuPy: to the host
+        rec.launches = [(capture, a, kw) for _, a, kw in rec.launches]
+        sets.append((rec, x))
+    monkeypatch.setattr(importlib.import_module("cudl.bench"), "bench", _fake_bench(7))
+    k.set_global("gain", np.float32(0.0))  # what a replay must not depend on
+    time_sets(Rotation([r for r, _ in sets]), check=False, name="student")
+    assert len(seen) == 7
+    sums = []
+    for _, x in sets:  # in the kernel's order, in fp32: the same bits
+        s = np.float32(0)
+        for v in (x.get() if hasattr(x, "get") else x):
+            s = np.float32(s + v)
+        sums.append(s)
+    for j, got in enumerate(seen):
+        assert got[3] == 2 * sums[j % 3]  # gain filled again (2.0: the product is exact)
+    counts, starts, hits = [g[0] for g in seen], [g[1] for g in seen], [g[2] for g in seen]
+    if restored:
+        assert counts == [0] * 7 and starts == [42] * 7 and hits == [-1] * 7
+    else:
+        assert counts == list(range(3, 10)) and starts == [-1] * 7 and hits[0] != -1
+
+
 def test_physical_bound_and_the_impossible_verdict():
     from cudl.grade.speed import physical_bound_ms
 
@@ -521,23 +598,24 @@ def test_physical_bound_and_the_impossible_verdict():
 
 @pytest.mark.skipif(ON_EMULATOR, reason="speed is graded on a GPU only")
 def test_speed_tricks_are_refused_for_their_reason():
-    """On a GPU: skipping work for the previous launch's input gets timed at full work (SLOW); doing half of it
-    again fails the check after a timed run; copying a kept result is faster than the bytes allow (FAIL)."""
+    """On a GPU: skipping work for the previous launch's input, doing half of it for an input seen before, copying
+    a result kept from an earlier call: each keeps what it knows in __device__ variables, which every timed run
+    finds as they were after loading, so each does the full work of the slow kernel it is built on: SLOW. (What
+    would catch them otherwise is tested on the emulator: the check after every run with the restore turned
+    off, the physical bound with stand-in timings.)"""
     mutants = ROOT / "tests/mutants/09-training"
-    v = run("bias_grad_tall", (mutants / "bias_grad_tall__skips_repeated_call.cu").read_text(), quiet=True)
-    assert v.status == "SLOW", v.line
-    v = run("bias_grad_tall", (mutants / "bias_grad_tall__defers_half.cu").read_text(), quiet=True)
-    assert v.status == "FAIL" and "of a timing loop gave a wrong result" in v.line, v.line
-    v = run("bias_grad_tall", (mutants / "bias_grad_tall__caches_result.cu").read_text(), quiet=True)
-    assert v.status == "FAIL" and "faster than this GPU can" in v.line, v.line
+    for name in ("skips_repeated_call", "defers_half", "caches_result"):
+        v = run("bias_grad_tall", (mutants / f"bias_grad_tall__{name}.cu").read_text(), quiet=True)
+        assert v.status == "SLOW", (name, v.line)
 
 
 @pytest.mark.skipif(ON_GPU, reason="drives the GPU-only speed path on the emulator with stand-ins")
 def test_grading_process_speed_path(monkeypatch):
     """cudl.grade._child.grade's speed path, in this process: the cases on the emulator, then (as if on a GPU)
     the recorded sets, the timing loops (a stand-in timer) and the physical bound from stand-in ceilings. The
-    solution ends with its timing and bound; a kernel that does half the work again fails after a timed run;
-    a median under the bound is a FAIL verdict."""
+    solution ends with its timing and bound; a median under the bound is a FAIL verdict; a kernel that does
+    half the work for an input it has seen does all of it (its variables are restored as loaded before every
+    run), and, were they kept, would fail after a timed run."""
     import importlib
 
     import cudl
@@ -553,18 +631,24 @@ def test_grading_process_speed_path(monkeypatch):
                         lambda: {"copy_gbps": 0.512, "gemm_tflops": {}})  # 512 kB in 1 ms
     done = {"flag": False}
     monkeypatch.setattr(cudl, "on_gpu", lambda: done["flag"])
+    log = []  # the messages and, as "snapshot", each module_state call, in order
+    speed = importlib.import_module("cudl.grade.speed")
+    real_state = speed.module_state
+    monkeypatch.setattr(speed, "module_state", lambda k: (log.append("snapshot"), real_state(k))[1])
 
     def grade(source: str) -> list:
         messages = []
 
         def send(kind, payload=None):
             messages.append((kind, payload))
+            log.append(kind)
             done["flag"] = done["flag"] or kind == "done"
         done["flag"] = False
         _child.grade("_bias_grad_small", source, send, speed=True)
         return messages
 
     msgs = grade(fake.solution)
+    assert log[:log.index("start")].count("snapshot") == len(fake.kernels)  # as loaded: before the first case
     kinds = [k for k, _ in msgs]
     assert kinds[-2:] == ["timing", "end"] and "done" in kinds, msgs[-3:]
     assert kinds[kinds.index("done"):].count("launch") == 2 * 3  # the speed case recorded 3 times for each kernel
@@ -576,5 +660,11 @@ def test_grading_process_speed_path(monkeypatch):
     v = _combine(fake, [Verdict("PASS", "PASS _bias_grad_small: 5/5 cases", timing=timing)], "")
     assert v.status == "FAIL" and "faster than this GPU" in v.line, v.line
     defers = (ROOT / "tests/mutants/09-training/bias_grad_tall__defers_half.cu").read_text()
-    msgs = grade(defers.replace("atomicAdd(&seen_ptr[i], 0ull) == (u64)dy && ", ""))  # see by_content above
+    defers = defers.replace("atomicAdd(&seen_ptr[i], 0ull) == (u64)dy && ", "")  # see by_content above
+    msgs = grade(defers)  # every run starts from the module's variables as loaded: it does all the work
+    assert [k for k, _ in msgs][-2:] == ["timing", "end"], msgs[-3:]
+    from cudl.grade.speed import ModuleState
+
+    monkeypatch.setattr(ModuleState, "restore", lambda self: None)  # kept: half a sum fails the check
+    msgs = grade(defers)
     assert msgs[-1][0] == "fail" and "of a timing loop gave a wrong result" in msgs[-1][1][1], msgs[-1]

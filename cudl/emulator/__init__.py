@@ -539,6 +539,12 @@ class _Guarded:
         self.rt.cudl_guarded_free(self.base, self.length)
 
 
+@functools.lru_cache(maxsize=64)
+def _library_symbols(path: str) -> list[tuple[str, int, int, int, str, int]]:
+    """cudl.compile.elf_symbols of a kernel library (named by the hash of its content: cached by path)."""
+    return cc.elf_symbols(Path(path).read_bytes())
+
+
 def _bounds(a: np.ndarray) -> tuple[int, int]:
     lo = a.__array_interface__["data"][0]
     return lo, lo + a.nbytes
@@ -563,6 +569,26 @@ class Module:
         fn.restype, fn.argtypes = ctypes.c_void_p, [ctypes.POINTER(ctypes.c_ulonglong)]
         n = ctypes.c_ulonglong()
         return fn(ctypes.byref(n)), n.value
+
+    def variables(self) -> list[tuple[str, np.ndarray]]:
+        """(symbol, bytes aliasing it) of every writable variable of the library, and of the race check's
+        instrumented one if it is loaded (it has its own copies): `__device__`, `__constant__` and `static`
+        variables are plain C++ globals here, in .data or .bss (thread-local ones are `__shared__`)."""
+        out = []
+        libs = [(self.path, self.lib), (getattr(self, "_checked_path", None), getattr(self, "_checked_lib", None))]
+        for path, lib in libs:
+            if path is None or lib is None:
+                continue
+            syms = _library_symbols(str(path))
+            # where the library was loaded: an exported function's address less its offset in the file
+            base = ctypes.cast(getattr(lib, "__cudl_tid_ptr"), ctypes.c_void_p).value - next(
+                v for n, k, v, _, _, _ in syms if n == "__cudl_tid_ptr" and k == 2)
+            for name, kind, value, size, section, _ in syms:
+                if kind == 1 and size and (section in (".data", ".bss") or section.startswith((".data.", ".bss."))
+                                           and not section.startswith(".data.rel.ro")):  # made read-only at load
+                    raw = (ctypes.c_ubyte * size).from_address(base + value)
+                    out.append((name, np.ctypeslib.as_array(raw)))
+        return out
 
     def launch(self, name: str, grid: tuple[int, int, int], block: tuple[int, int, int], args: list[Any],
                params: list[Param], shared_mem: int = 0) -> None:

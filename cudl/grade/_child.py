@@ -28,12 +28,17 @@ class _Watched:
     def __getattr__(self, name: str) -> Any:  # num_regs, max_threads_per_block, ... of the kernel itself
         return getattr(self.kernel, name)
 
+    def set_global(self, name: str, values: Any) -> None:
+        self.kernel.set_global(name, values)
+        if self.record is not None:  # replays restore the module's variables: then this again
+            self.record.set_global(self.kernel, name, values)
+
     def __call__(self, *args: Any, **kwargs: Any) -> None:
         import cudl
 
         if self.record is not None:
             launch_args = args[2] if len(args) > 2 else kwargs.get("args", ())
-            self.record.before(launch_args)
+            self.record.before(launch_args, self.kernel)
         self.send("launch", self.kernel.name)
         self.kernel(*args, **kwargs)
         cudl.sync()  # a GPU launch is asynchronous: a hang shows here, inside the announced window
@@ -58,6 +63,11 @@ def grade(name: str, source: str, send: Send, speed: bool = False) -> None:
     except EmulatorUnsupported as exc:  # cannot be graded here at all: say so, do not call it a crash
         send("unsupported", str(exc))
         return
+    if speed and g.speed:  # the modules' variables as loaded, before any launch: each timed run starts from them
+        from cudl.grade.speed import module_state
+
+        for k in kernels.values():
+            module_state(k)
     send("compiled", None)
 
     def loader(src: str, compiled: dict[str, Any], record: Any = None) -> Callable[[str], Any]:
@@ -94,7 +104,7 @@ def grade(name: str, source: str, send: Send, speed: bool = False) -> None:
             return
     send("done", len(cases))
     if speed and g.speed and cudl.on_gpu():
-        from cudl.grade.speed import Gamed, measure, physical_bound_ms, record_sets, solution_source
+        from cudl.grade.speed import Gamed, measure, module_state, physical_bound_ms, record_sets, solution_source
 
         ref_src = g.solution or solution_source(name)
         if ref_src is None:
@@ -103,6 +113,8 @@ def grade(name: str, source: str, send: Send, speed: bool = False) -> None:
             return
         i = g.cases.index(g.speed["case"]) if g.speed["case"] in g.cases else -1
         ref_kernels = {k: cudl.load(ref_src, k, options=g.options) for k in g.kernels}
+        for k in ref_kernels.values():
+            module_state(k)
 
         try:
             timing: dict[str, Any] = measure(record_sets(g, lambda rec: loader(source, kernels, rec)),

@@ -4,7 +4,8 @@ A grader declares `speed=dict(case={...}, factor=F, bytes=B, flops=N, compute="f
 fewest the speed case must move and do; compute: the precision whose measured peak bounds its FLOPs). After
 every case passed, the grading process runs that case SETS times with the student's kernels and SETS times
 with the solution's, each time on fresh random inputs, recording every launch, a copy of every array it is
-given (taken before the first launch that uses it) and the references of the case's outputs. Then
+given (taken before the first launch that uses it), the variables of its kernels' modules (taken right
+after loading) and the references of the case's outputs. Then
 `cudl.bench` (warm-up, L2 flush, median) times the replays of these launch sequences, alternating student and
 solution for ROUNDS rounds. A leaderboard is gamed by kernels that notice the timing loop; so here
 
@@ -12,6 +13,11 @@ solution for ROUNDS rounds. A leaderboard is gamed by kernels that notice the ti
   set were restored untimed to what they held before its first launch (inputs as drawn, outputs poisoned):
   a kernel that skips work for pointers it has seen, or leaves part of it for the next launch, leaves
   poison;
+* before every run, timed or not, each variable of the kernels' modules (`__device__`, `__constant__`,
+  `__managed__`, `static` in a function: all a kernel keeps between launches besides its arrays, listed from
+  the compiled binary's symbol table) is restored untimed to its value right after loading, for the student
+  and the solution alike: a kernel that keeps the results of inputs it has seen, however many, finds its
+  cache empty at every run (the sets are restored to identical contents, so a kept result would match);
 * the student's outputs are checked after every run, timed or not, and after the last one, against the
   case's references (the case's own tolerance): a wrong result is a FAIL, not a speed;
 * a median faster than IMPOSSIBLE times the physical bound (bytes over the measured copy bandwidth, FLOPs
@@ -60,22 +66,63 @@ def _span(a: Any) -> tuple[int, int]:
     return ptr, ptr + a.nbytes
 
 
+class ModuleState:
+    """The variables a kernel's module keeps between launches (Kernel.module_variables), as they were when this
+    was made (right after loading, before the first launch); restore() copies them back."""
+
+    def __init__(self, kernel: Any):
+        self.variables = kernel.module_variables()
+        self.initial = [v.copy() for _, v in self.variables]
+
+    def restore(self) -> None:
+        for (_, v), copy in zip(self.variables, self.initial):
+            v[...] = copy
+
+
+_STATES: dict[Any, tuple[Any, ModuleState]] = {}  # one per loaded module (kept alive here: ids stay unique)
+
+
+def module_state(kernel: Any) -> ModuleState | None:
+    """The ModuleState of a cudl.Kernel's module, made at the first call for that module: call it right after
+    loading (cudl.grade._child does), before the first launch. None for what has no module (a stand-in)."""
+    module = getattr(kernel, "module", None)
+    if module is None or not hasattr(kernel, "module_variables"):
+        return None
+    # The emulator may open one library for two Module objects (dlopen shares it): key by the library.
+    key = getattr(getattr(module, "lib", None), "_handle", None) or id(module)
+    if key not in _STATES:
+        _STATES[key] = (module, ModuleState(kernel))
+    return _STATES[key][1]
+
+
 class Recorded:
     """One input set of the speed case: its launches, the arrays as they were before the first launch that used
-    them, and the outputs to check with their references."""
+    them, the state of the launched kernels' modules, and the outputs to check with their references."""
 
     def __init__(self) -> None:
         self.launches: list[tuple[Any, tuple, dict]] = []
         self.initial: list[tuple[Any, Any]] = []  # (array, copy)
+        self.states: list[ModuleState] = []
+        self.writes: list[tuple[Any, str, Any]] = []  # (kernel, variable, values) the run set with set_global
         self.checks: list[tuple[Any, Any, Any, bool, str]] = []  # (output, reference, bound, exact, name)
         self._seen: set[tuple[int, int]] = set()
 
-    def before(self, args: Sequence[Any]) -> None:
-        """Called before each recorded launch: keep a copy of every array argument seen for the first time."""
+    def before(self, args: Sequence[Any], kernel: Any = None) -> None:
+        """Called before each recorded launch: keep a copy of every array argument seen for the first time, and
+        the state of the kernel's module (as it was after loading)."""
         for a in args:
             if _is_array(a) and _span(a) not in self._seen:
                 self._seen.add(_span(a))
                 self.initial.append((a, a.copy()))
+        state = module_state(kernel)
+        if state is not None and all(state is not s for s in self.states):
+            self.states.append(state)
+
+    def set_global(self, kernel: Any, name: str, values: Any) -> None:
+        """Called when the run fills a module variable (Kernel.set_global): restore() does it again."""
+        from cudl.backend import xp
+
+        self.writes.append((kernel, name, xp().asarray(values).copy()))
 
     def add(self, kernel: Any, args: tuple, kwargs: dict) -> None:
         self.launches.append((kernel, args, kwargs))
@@ -110,8 +157,14 @@ class Recorded:
             self.checks.append((out, xp().asarray(ref32), xp().asarray(bound32), False, f"output {k + 1}"))
 
     def restore(self) -> None:
+        """The arrays as before the first launch, the modules' variables as after loading (then what the run
+        filled in with set_global): a device-to-device copy each, untimed."""
         for a, copy in self.initial:
             a[...] = copy
+        for state in self.states:
+            state.restore()
+        for kernel, name, values in self.writes:
+            kernel.set_global(name, values)
 
     def replay(self) -> None:
         for kernel, args, kwargs in self.launches:

@@ -79,10 +79,123 @@ def test_globals_found_with_their_shapes():
 __constant__ float filt[(2 * R + 1) * (2 * R + 1)];
 static __device__ unsigned int counter = 0;
 __device__ float helper(float x) { return x; }
-__constant__ double m[3][4];"""
+__constant__ double m[3][4];
+namespace ns { __device__ int in_ns; }
+extern "C" { __device__ int in_extern_c; }
+__global__ void k(int* y) { static __device__ int calls; const char* s = "{"; y[0] = ++calls + *s; }"""
     g = global_vars(src)
     assert {k: (v.base, v.shape) for k, v in g.items()} == {
-        "filt": ("float", (25,)), "counter": ("unsigned int", ()), "m": ("double", (3, 4))}
+        "filt": ("float", (25,)), "counter": ("unsigned int", ()), "m": ("double", (3, 4)), "in_extern_c": ("int", ())}
+
+
+def test_a_static_variable_in_a_kernel_compiles_and_is_kept():
+    """A `static __device__` variable in a function or one in a namespace is no file-scope global (no accessor
+    for get_global), but the module keeps it between launches and module_variables lists it."""
+    src = """namespace ns { __device__ int base = 10; }
+extern "C" __global__ void k(int* y) { static __device__ int calls; y[0] = ns::base + calls++; }"""
+    k = cudl.load(src, "k")
+    y = np.zeros(1, np.int32)
+    k(1, 1, (y,))
+    k(1, 1, (y,))
+    assert y[0] == 11
+    found = dict(k.module_variables())
+    assert found["_ZZ1kE5calls"].view(np.int32)[0] == 2 and found["_ZN2ns4baseE"].view(np.int32)[0] == 10
+
+
+STATEFUL = """#define SLOTS 4
+typedef unsigned long long u64;
+__device__ u64 keys[SLOTS], next_slot;  // an array and a second declarator
+static __device__ int hidden = 7;       // internal linkage
+__constant__ float w[3] = {1.5f, 2.5f, 3.5f};
+__device__ __managed__ int managed;
+__device__ const int ro = 5;            // read-only: nothing to keep
+/* __device__ int commented_out; */
+extern "C" __global__ void k(float* out) {
+    out[0] = keys[2] + next_slot + hidden + w[1] + managed + ro;
+    ++next_slot;
+}
+"""
+
+
+def test_module_variables_are_read_from_the_library():
+    """Every writable variable of the module, from the library's symbol table (whatever the declaration looks
+    like), as bytes that alias it: a write there is what the next launch reads."""
+    k = cudl.load(STATEFUL, "k")
+    found = {name: v for name, v in k.module_variables()}
+    sizes = {n: v.nbytes for n, v in found.items() if "hidden" in n or n in ("keys", "next_slot", "w", "managed")}
+    assert sizes == {"keys": 32, "next_slot": 8, "_ZL6hidden": 4, "w": 12, "managed": 4}, found.keys()
+    assert not [n for n in found if "ro" == n or "commented" in n]
+    assert found["w"].view(np.float32).tolist() == [1.5, 2.5, 3.5]
+    out = np.zeros(1, np.float32)
+    found["keys"].view(np.uint64)[2] = 100
+    found["next_slot"].view(np.uint64)[0] = 10
+    found["managed"].view(np.int32)[0] = 1000
+    k(1, 1, (out,))
+    assert out[0] == 100 + 10 + 7 + 2.5 + 1000 + 5
+    assert found["next_slot"].view(np.uint64)[0] == 11  # the launch's write, seen through the view
+
+
+def test_module_variables_of_the_race_checks_library_too(monkeypatch):
+    """Under the race check launches run in an instrumented library with its own copies of the variables:
+    both are listed."""
+    monkeypatch.setenv("CUDL_EMULATOR_RACECHECK", "1")
+    k = cudl.load(STATEFUL.replace("int ro = 5", "int ro = 6"), "k")
+    slots = [v for name, v in k.module_variables() if name == "next_slot"]
+    assert len(slots) == 2
+    for v in slots:
+        v.view(np.uint64)[0] = 40
+    out = np.zeros(1, np.float32)
+    k(1, 1, (out,))
+    assert out[0] == 40 + 7 + 2.5 + 6 and sorted(int(v.view(np.uint64)[0]) for v in slots) == [40, 41]
+
+
+def test_nvrtc_lists_every_variable_a_module_keeps():
+    """On a GPU the names and sizes come from the CUBIN NVRTC builds: C++ names as the driver knows them (static
+    ones in functions, namespaces), no string literal of printf."""
+    pytest.importorskip("cuda.bindings")
+    from cudl.compile import nvrtc_variables
+
+    src = STATEFUL.replace("++next_slot;", 'static __device__ int calls; ++calls; printf("%d", calls);') + \
+        "namespace ns { __device__ double d[2]; }\n"
+    found = dict(nvrtc_variables(src, "stateful.cu", (), "sm_80"))
+    assert found == {"keys": 32, "next_slot": 8, "hidden": 4, "w": 12, "managed": 4, "ro": 4, "_ZZ1kE5calls": 4,
+                     "_ZN2ns1dE": 16}, found
+
+
+def test_module_variables_on_a_gpu_with_a_stand_in_cupy(monkeypatch):
+    """The GPU branch: the CUBIN's names for this device's architecture, each looked up in the loaded module
+    (cuModuleGetGlobal through CuPy) and viewed as bytes; the toolkit's own helpers may be missing there, a
+    variable of the kernel may not."""
+    pytest.importorskip("cuda.bindings")
+    import sys
+    import types
+
+    from cudl.kernel import Kernel
+
+    class DriverError(Exception):
+        pass
+
+    looked_up, missing = [], {"__nv_helper"}
+
+    class Module:
+        def get_global(self, name):
+            looked_up.append(name)
+            if name in missing:
+                raise DriverError(name)
+            return f"ptr:{name}"
+
+    cuda = types.SimpleNamespace(Device=lambda: types.SimpleNamespace(compute_capability="90"),
+                                 driver=types.SimpleNamespace(CUDADriverError=DriverError))
+    fake = types.SimpleNamespace(cuda=cuda, uint8="u8", ndarray=lambda shape, dtype, ptr: (shape, dtype, ptr))
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    src = "__device__ char __nv_helper;  // named as the toolkit's own (atomicExch's, CUDA 13)\n" + STATEFUL
+    k = Kernel("k", [], "stateful.cu", None, "gpu", Module(), src, ())
+    got = dict(k.module_variables())
+    assert got["keys"] == ((32,), "u8", "ptr:keys") and got["w"] == ((12,), "u8", "ptr:w")
+    assert "__nv_helper" in looked_up and "__nv_helper" not in got and len(got) == len(looked_up) - 1
+    missing.add("keys")
+    with pytest.raises(RuntimeError, match="no variable keys"):
+        k.module_variables()
 
 
 def test_only_requested_kernels_when_another_cannot_get_an_entry_point():

@@ -1,8 +1,8 @@
 // grader-test: gpu-only (speed is graded on a GPU only)
 // Mutant (gaming the timer): the slow kernel of tests/gpu/slow_variants that keeps the sums of the last
 // 8 inputs (by pointer and first value) and, for an input it has seen, copies them to db instead of
-// reading 100 MB: the right numbers, in less time than reading the input takes, which the grader
-// refuses as impossible.
+// reading 100 MB. The grader restores every __device__ variable to its value after loading before each
+// timed run, so the cache is empty every time: the slow kernel is timed, and is SLOW.
 #define SLOTS 8
 #define MAX_COLS 4096
 typedef unsigned long long u64;

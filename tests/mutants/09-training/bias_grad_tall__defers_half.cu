@@ -2,7 +2,8 @@
 // Mutant (gaming the timer): the slow kernel of tests/gpu/slow_variants that, for an input it has seen
 // before (8 remembered by pointer and first value), adds only half of the rows, the first half and the
 // second half in turn, "the rest in the next launch". Each timed run starts from restored buffers and
-// its result is checked: half a sum is a FAIL.
+// __device__ variables, so it has seen no input: the slow kernel is timed, and is SLOW (were the
+// variables kept, the check after the run would find half a sum).
 typedef unsigned long long u64;
 __device__ u64 seen_ptr[8];
 __device__ unsigned seen_bits[8];
