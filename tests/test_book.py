@@ -98,10 +98,7 @@ def shown_kernel_files() -> list[Path]:
 
 # Wide lines that wait for their notebooks' next GPU run: breaking one changes the file, which makes every
 # notebook that uses it stale (cudl.nbtools code_hash). Each entry must go when its line is fixed.
-KNOWN_WIDE = {
-    "kernels_src/10-inference/gpt.py:876": "per_step (not shown: chapter 10 shows gpt.py up to it); fixing it "
-                                            "re-executes chapters 10 and 13 and solution 10",
-}
+KNOWN_WIDE: dict[str, str] = {}
 
 
 def test_shown_code_fits_the_page() -> None:

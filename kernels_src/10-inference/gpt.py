@@ -873,7 +873,7 @@ def per_step(t: Any, steps: int, name: str, nbytes: float | None = None) -> Any:
     """The cudl Timing `t` of `steps` decode steps as a Timing of one step."""
     from cudl.bench import Timing
 
-    # the bytes of a decode step are reads (weights and cache): its ceiling is a read stream
+    # a decode step's bytes are reads (weights and cache): its ceiling is a read stream
     return Timing(name, t.ms / steps, t.q1_ms / steps, t.q3_ms / steps, t.runs, nbytes,
                   times_ms=[x / steps for x in t.times_ms],
                   traffic="read" if nbytes else None)
