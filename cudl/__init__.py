@@ -12,6 +12,7 @@
     p = cudl.bench_pair(run, torch_call, flops=f)  # the two timed in turn, 3 rounds; p.ratio
     cudl.record(t, chapter="01-first-kernel", shape=n, dtype="float32", baseline=t_torch)
     cudl.ncu(snippet, kernel="vector_add")         # Nsight Compute metrics of one launch, as a table
+    cudl.mimic("t4")                               # before loading: a T4's build and limits on a newer GPU
 """
 
 from . import grade
@@ -24,6 +25,7 @@ from .counters import Counters, counters
 from .env import banner, device_info, glue, gpu_name, setup, show, span
 from .errors import CompileError, CudlError, EmulatorUnsupported, GpuOnly, KernelFault, KernelTimeout
 from .kernel import Kernel, load
+from .mimicry import mimic
 from .ncu import ncu
 from .record import load_records, record
 
@@ -34,6 +36,7 @@ __all__ = [
     "require_gpu", "setup", "show", "size", "span", "sweep", "sync", "to_numpy",
 ]
 __all__ += ["Counters", "KernelTimeout", "counters"]  # emulator checks (issue 7)
+__all__ += ["mimic"]  # a T4's or an A100's code path on a newer GPU (issue 24)
 __all__ += ["Pair", "bench_pair", "measurable"]  # a kernel timed in turn with its baseline; noise-aware verdicts
 
 
