@@ -12,9 +12,27 @@ import numpy as np
 from .backend import backend, fallback_reason, on_gpu
 
 
-@functools.lru_cache(maxsize=1)
 def device_info() -> dict[str, Any]:
-    """GPU name, compute capability, SMs, memory, L2 and software versions (host CPU on the emulator)."""
+    """GPU name, compute capability, SMs, memory, L2 and software versions (host CPU on the emulator).
+
+    In mimic mode (CUDL_MIMIC) the compute capability, SM count and per-SM limits are the mimicked card's, so
+    that chapters take its branches; the name, memory and versions stay the real GPU's, whose speed it is.
+    """
+    from .mimicry import active
+
+    info, card = _device_info(), active()
+    if card is None:
+        return info
+    from .occupancy import LIMITS
+
+    lim = LIMITS[card["cc"]]
+    return {**info, "cc": card["cc"], "sms": card["sms"], "smem_per_sm_kib": lim.smem_per_sm / 1024,
+            "regs_per_sm": lim.regs_per_sm, "max_threads_per_sm": lim.max_threads_per_sm,
+            "mimics": card, "real": {k: info[k] for k in ("gpu", "cc", "sms")}}
+
+
+@functools.lru_cache(maxsize=1)
+def _device_info() -> dict[str, Any]:
     info: dict[str, Any] = {"backend": backend(), "numpy": np.__version__}
     try:
         import torch
@@ -101,6 +119,14 @@ def gpu_name() -> str:
 def banner() -> str:
     """One line that says where the notebook's kernels run."""
     i = device_info()
+    if i["backend"] == "gpu" and "mimics" in i:
+        r, m = i["real"], i["mimics"]
+        return (f"cudl: mimicking a {m['name']} on {r['gpu']}: speed numbers are the real GPU's. Kernels are built "
+                f"as PTX for compute_{m['cc'].replace('.', '')} and held to a {m['name']}'s limits "
+                f"({m['max_threads_per_block']} threads, {m['max_smem_per_block_optin'] // 1024} KiB shared memory "
+                f"per block); chapters see compute capability {m['cc']} and {m['sms']} SMs; cudl.record stores "
+                f"nothing (unset CUDL_MIMIC to leave the mode) | driver CUDA {i['driver']}, CuPy {i['cupy']} "
+                f"(NVRTC {i['nvrtc']}) | backend: gpu")
     if i["backend"] == "gpu":
         return (f"cudl: {i['gpu']} (sm_{i['cc'].replace('.', '')}, {i['sms']} SMs, {i['memory_gib']:.0f} GiB, "
                 f"L2 {i['l2_mib']:.0f} MiB) | driver CUDA {i['driver']}, runtime {i['runtime']}, "
