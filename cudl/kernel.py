@@ -285,10 +285,28 @@ class _PtxModule:
             tmp = path.with_suffix(f".{os.getpid()}.tmp")
             tmp.write_bytes(ptx)
             os.replace(tmp, path)
-        self.raw, self.arch = cupy.RawModule(path=str(path)), arch
+        self.arch = arch
+        try:
+            self.raw = cupy.RawModule(path=str(path))
+        except Exception as exc:
+            raise self._explained(exc) from exc
 
     def get_function(self, name: str) -> Any:
-        return self.raw.get_function(self.lowered.get(name, name))  # C++ and template names are mangled in PTX
+        try:
+            return self.raw.get_function(self.lowered.get(name, name))  # C++ and template names are mangled
+        except Exception as exc:  # the driver compiles the PTX when the module is first used
+            raise self._explained(exc) from exc
+
+    @staticmethod
+    def _explained(exc: Exception) -> Exception:
+        if "PTX" not in str(exc):
+            return exc
+        from cuda.bindings import nvrtc
+
+        version = ".".join(map(str, nvrtc.nvrtcVersion()[1:]))
+        return RuntimeError(f"mimic mode: the driver cannot load the PTX that NVRTC {version} (cuda-bindings) wrote "
+                            f"({exc}); a driver loads PTX of its own CUDA version or older: install the "
+                            "cuda-bindings and nvidia-cuda-nvrtc of the driver's CUDA version, or update the driver")
 
     def get_global(self, name: str) -> Any:
         return self.raw.get_global(name)

@@ -218,3 +218,16 @@ def test_notebooks_are_not_executed_in_mimic_mode(monkeypatch, tmp_path):
     monkeypatch.setenv("CUDL_MIMIC", "t4")
     with pytest.raises(SystemExit, match="unset CUDL_MIMIC"):
         nbtools.execute([tmp_path / "missing.ipynb"])
+
+
+def test_a_driver_too_old_for_the_ptx_is_explained(fake_gpu, monkeypatch):
+    """NVRTC writes PTX of its own CUDA version; an older driver refuses it when the kernel is first fetched."""
+    monkeypatch.setenv("CUDL_MIMIC", "t4")
+
+    def refuse(self, name):
+        raise RuntimeError("CUDA_ERROR_UNSUPPORTED_PTX_VERSION: the provided PTX was compiled with an unsupported "
+                           "toolchain.")
+
+    monkeypatch.setattr(FakeRawModule, "get_function", refuse)
+    with pytest.raises(RuntimeError, match=r"cannot load the PTX that NVRTC \d+\.\d+ .*driver's CUDA version"):
+        cudl.load(DYNAMIC, "fill")
