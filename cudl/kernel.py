@@ -289,24 +289,27 @@ class _PtxModule:
         try:
             self.raw = cupy.RawModule(path=str(path))
         except Exception as exc:
-            raise self._explained(exc) from exc
+            self._explain(exc)
+            raise
 
     def get_function(self, name: str) -> Any:
         try:
             return self.raw.get_function(self.lowered.get(name, name))  # C++ and template names are mangled
         except Exception as exc:  # the driver compiles the PTX when the module is first used
-            raise self._explained(exc) from exc
+            self._explain(exc)
+            raise
 
     @staticmethod
-    def _explained(exc: Exception) -> Exception:
+    def _explain(exc: Exception) -> None:
+        """Raise a sentence on what to do when the driver refuses the PTX (else return: the caller re-raises)."""
         if "PTX" not in str(exc):
-            return exc
+            return
         from cuda.bindings import nvrtc
 
         version = ".".join(map(str, nvrtc.nvrtcVersion()[1:]))
-        return RuntimeError(f"mimic mode: the driver cannot load the PTX that NVRTC {version} (cuda-bindings) wrote "
-                            f"({exc}); a driver loads PTX of its own CUDA version or older: install the "
-                            "cuda-bindings and nvidia-cuda-nvrtc of the driver's CUDA version, or update the driver")
+        raise RuntimeError(f"mimic mode: the driver cannot load the PTX that NVRTC {version} (cuda-bindings) wrote "
+                           f"({exc}); a driver loads PTX of its own CUDA version or older: install the cuda-bindings "
+                           "and nvidia-cuda-nvrtc of the driver's CUDA version, or update the driver") from exc
 
     def get_global(self, name: str) -> Any:
         return self.raw.get_global(name)
