@@ -15,20 +15,16 @@ from .backend import backend, fallback_reason, on_gpu
 def device_info() -> dict[str, Any]:
     """GPU name, compute capability, SMs, memory, L2 and software versions (host CPU on the emulator).
 
-    In mimic mode (CUDL_MIMIC) the compute capability, SM count and per-SM limits are the mimicked card's, so
-    that chapters take its branches; the name, memory and versions stay the real GPU's, whose speed it is.
+    In mimic mode (CUDL_MIMIC) `cc` is the mimicked card's, so that chapters take its branches, and `mimics` holds
+    its per-block limits (as on the emulator); the rest (SMs, memory, the per-SM limits that occupancy and the
+    measurements depend on) stays the real GPU's, whose speed it is, and `real` names it.
     """
     from .mimicry import active
 
     info, card = _device_info(), active()
     if card is None:
         return info
-    from .occupancy import LIMITS
-
-    lim = LIMITS[card["cc"]]
-    return {**info, "cc": card["cc"], "sms": card["sms"], "smem_per_sm_kib": lim.smem_per_sm / 1024,
-            "regs_per_sm": lim.regs_per_sm, "max_threads_per_sm": lim.max_threads_per_sm,
-            "mimics": card, "real": {k: info[k] for k in ("gpu", "cc", "sms")}}
+    return {**info, "cc": card["cc"], "mimics": card, "real": {"gpu": info["gpu"], "cc": info["cc"]}}
 
 
 @functools.lru_cache(maxsize=1)
@@ -124,7 +120,7 @@ def banner() -> str:
         return (f"cudl: mimicking a {m['name']} on {r['gpu']}: speed numbers are the real GPU's. Kernels are built "
                 f"as PTX for compute_{m['cc'].replace('.', '')} and held to a {m['name']}'s limits "
                 f"({m['max_threads_per_block']} threads, {m['max_smem_per_block_optin'] // 1024} KiB shared memory "
-                f"per block); chapters see compute capability {m['cc']} and {m['sms']} SMs; cudl.record stores "
+                f"per block); chapters see compute capability {m['cc']}; cudl.record stores "
                 f"nothing (unset CUDL_MIMIC to leave the mode) | driver CUDA {i['driver']}, CuPy {i['cupy']} "
                 f"(NVRTC {i['nvrtc']}) | backend: gpu")
     if i["backend"] == "gpu":

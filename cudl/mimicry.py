@@ -3,12 +3,12 @@
     CUDL_MIMIC=t4 jupyter ...        # or, before the first cudl.load: cudl.mimic("t4")
 
 In this mode every kernel is built as PTX for the mimicked card's virtual architecture (compute_75 for a T4,
-compute_80 for an A100), which the driver compiles for the real GPU when it loads it; launches are held to
-that card's limits (threads, shared memory and registers per block); `cudl.device_info()` reports its compute
-capability, SM count and per-SM limits, so the chapters take that card's branches. The speed is still the
-real GPU's: `cudl.record` refuses to store it. The cards and their limits are the CPU emulator's
-(`cudl.emulator.DEVICES`, limits from `cudl.occupancy.LIMITS`). On the emulator, CUDL_MIMIC picks the
-device whose limits it enforces, as CUDL_EMULATOR_DEVICE does (which wins where both are set).
+compute_80 for an A100), which the driver compiles for the real GPU when it loads it; launches are held to that
+card's limits (threads, shared memory and registers per block); `cudl.device_info()` reports its compute capability
+(and its per-block limits under "mimics"), so the chapters take that card's branches. The SM count, the per-SM
+limits (occupancy) and the speed stay the real GPU's: `cudl.record` refuses to store the speed. The cards and their
+limits are the CPU emulator's (`cudl.emulator.DEVICES`, limits from `cudl.occupancy.LIMITS`). On the emulator,
+CUDL_MIMIC picks the device whose limits it enforces, as CUDL_EMULATOR_DEVICE does (which wins where both are set).
 """
 
 from __future__ import annotations

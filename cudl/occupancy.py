@@ -68,10 +68,7 @@ def limits(device: Any = None) -> SMLimits:
         if not on_gpu():
             raise ValueError("there is no GPU to read limits from: name one, e.g. device='T4' or device='9.0' "
                              f"(known compute capabilities: {', '.join(LIMITS)})")
-        from .mimicry import active
-
-        card = active()  # mimic mode: the mimicked card's table row (its launches are held to it)
-        return replace(LIMITS[card["cc"]], gpus=card["name"]) if card else device_limits()
+        return device_limits()
     cc = _to_cc(device)
     if cc not in LIMITS:
         raise ValueError(f"no SM limits for compute capability {cc} (known: {', '.join(LIMITS)}); "

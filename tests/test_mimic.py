@@ -12,7 +12,6 @@ import cudl
 from cudl import backend, env, kernel, mimicry, nbtools
 from cudl.bench import Timing
 from cudl.compile import ptx_for
-from cudl.occupancy import limits
 
 KIB = 1024
 H200 = {"backend": "gpu", "gpu": "NVIDIA H200", "cc": "9.0", "sms": 132, "memory_gib": 140.0, "l2_mib": 60.0,
@@ -171,12 +170,12 @@ def test_device_info_reports_the_mimicked_card(fake_gpu, monkeypatch):
     assert cudl.device_info()["cc"] == "9.0"
     monkeypatch.setenv("CUDL_MIMIC", "t4")
     info = cudl.device_info()
-    assert (info["cc"], info["sms"], info["max_threads_per_sm"]) == ("7.5", 40, 1024)
-    assert info["mimics"]["max_smem_per_block_optin"] == 64 * KIB  # what chapter 12 sizes its tiles by
-    assert info["gpu"] == "NVIDIA H200" and info["real"] == {"gpu": "NVIDIA H200", "cc": "9.0", "sms": 132}
+    assert info["cc"] == "7.5" and info["mimics"]["max_smem_per_block_optin"] == 64 * KIB  # chapter 12's tiles
+    assert info["gpu"] == "NVIDIA H200" and info["real"] == {"gpu": "NVIDIA H200", "cc": "9.0"}
     # the Hopper tests of chapters 11-13 and of tests/conftest.py's `hopper` fixture
     assert not (cudl.on_gpu() and info["cc"] == "9.0") and not (info["cc"] or "").startswith("9")
-    assert limits().cc == "7.5" and limits().gpus == "Tesla T4"  # occupancy of the current GPU
+    # what the measurements depend on stays the real GPU's (chapter 2 compares occupancy with the driver's API)
+    assert (info["sms"], info["max_threads_per_sm"]) == (132, 2048)
 
 
 def test_banner_says_what_is_mimicked_on_what(fake_gpu, monkeypatch):
