@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 NOTEBOOKS := $(wildcard chapters/*.ipynb) $(wildcard solutions/*.ipynb)
 
-.PHONY: all venv test-extras browser book test lint sync lab execute gpu-test clean
+.PHONY: all venv test-extras browser book test lint sync lab execute gpu-test gpu-test-mimic clean
 
 all: book
 
@@ -86,6 +86,12 @@ gpu-test:
 	CUDL_BACKEND=gpu $(PYTHON) -m pytest -q --nbval-lax --nbval-current-env $(NOTEBOOKS)
 	CUDL_BACKEND=gpu $(PYTHON) -m pytest -q tests/gpu tests/kernels tests/emulator/test_conformance.py tests/emulator/test_corpus.py tests/emulator/test_ptx.py \
 	  tests/test_graders.py tests/test_occupancy.py tests/test_notebooks.py
+
+# On a GPU machine newer than a T4 and an A100: every notebook with a T4's and then an A100's build and limits
+# (CUDL_MIMIC, cudl/mimicry.py). It checks correctness and the graders' verdicts; timings are the real GPU's.
+gpu-test-mimic:
+	status=0; for card in t4 a100; do CUDL_MIMIC=$$card CUDL_BACKEND=gpu $(PYTHON) -m pytest -q -p no:cacheprovider \
+	  --nbval-lax --nbval-current-env --nbval-cell-timeout=900 $(NOTEBOOKS) || status=1; done; exit $$status
 
 clean:
 	rm -rf _build .pytest_cache

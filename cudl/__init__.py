@@ -14,6 +14,7 @@
     cudl.ncu(snippet, kernel="vector_add")         # Nsight Compute metrics of one launch, as a table
     tuned = cudl.autotune("name", space, build, run, check=c, shape=s, source=f)  # build options per GPU, cached
     flash = cudl.kernels_module("12-flash-attention/flash.py")  # a chapter's launchers
+    cudl.mimic("t4")                               # before loading: a T4's build and limits on a newer GPU
 """
 
 from . import grade
@@ -28,6 +29,7 @@ from .counters import Counters, counters
 from .env import banner, device_info, glue, gpu_name, setup, show, span
 from .errors import CompileError, CudlError, EmulatorUnsupported, GpuOnly, KernelFault, KernelTimeout
 from .kernel import Kernel, load
+from .mimicry import mimic
 from .ncu import ncu
 from .record import load_records, record
 
@@ -38,6 +40,7 @@ __all__ = [
     "require_gpu", "setup", "show", "size", "span", "sweep", "sync", "to_numpy",
 ]
 __all__ += ["Counters", "KernelTimeout", "counters"]  # emulator checks (issue 7)
+__all__ += ["mimic"]  # a T4's or an A100's code path on a newer GPU (issue 24)
 __all__ += ["Pair", "bench_pair", "measurable"]  # a kernel timed in turn with its baseline; noise-aware verdicts
 __all__ += ["Tuned", "autotune"]  # build options chosen per GPU and shape, checked, timed, cached (issue 24)
 __all__ += ["memory_ceiling"]  # the bandwidth ceiling of a traffic: 'copy', 'read' or (bytes read, bytes written)

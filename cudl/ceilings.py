@@ -201,7 +201,7 @@ def ceilings(refresh: bool = False) -> dict[str, Any]:
     """Measured ceilings of this GPU (cached per GPU): copy and read-only GB/s, GEMM TFLOP/s by precision.
 
     Keys: gpu, copy_gbps, read_gbps, gemm_tflops {precision: TFLOP/s}, names {key: what was measured},
-    datasheet (the vendor's row, or None).
+    datasheet (the vendor's row, or None); in mimic mode they are the real GPU's, and `note` says so.
     """
     require_gpu("cudl.ceilings")
     from .env import gpu_name
@@ -213,6 +213,11 @@ def ceilings(refresh: bool = False) -> dict[str, Any]:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(result, indent=1))
     result["datasheet"] = datasheet(result["gpu"])
+    from .mimicry import active
+
+    card = active()
+    if card is not None:  # the ceilings of the GPU that runs the kernels, which is not the mimicked card
+        result["note"] = f"measured on {result['gpu']}, not on the {card['name']} this run mimics"
     return result
 
 

@@ -449,9 +449,10 @@ def cuda_include_dirs() -> list[str]:
     return found + [f"{d}/cccl" for d in found if Path(d, "cccl").is_dir()]  # CUDA 13 keeps cuda/std there
 
 
-def _nvrtc(source: str, shown: str, options: list[str], name_expressions: tuple[str, ...], cubin: bool,
+def _nvrtc(source: str, shown: str, options: list[str], name_expressions: tuple[str, ...], binary: str,
            what: str) -> tuple[str, bytes, dict[str, str]]:
-    """NVRTC (through cuda-bindings, no GPU needed): (log, CUBIN or b"", lowered names); CompileError on failure."""
+    """NVRTC (through cuda-bindings, no GPU needed): (log, the CUBIN or PTX that `binary` names ("cubin", "ptx")
+    or b"" (""), lowered names); CompileError on failure."""
     from cuda.bindings import nvrtc
 
     text = with_line_directive(source, shown).encode()
@@ -468,16 +469,18 @@ def _nvrtc(source: str, shown: str, options: list[str], name_expressions: tuple[
         if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
             raise CompileError(f"{shown} does not compile {what}:\n" + format_log(log_text, source, shown)
                                + hints(log_text))
-        binary, lowered = b"", {}
-        if cubin:
-            _, size = nvrtc.nvrtcGetCUBINSize(prog)
-            binary = b" " * size
-            nvrtc.nvrtcGetCUBIN(prog, binary)
+        out, lowered = b"", {}
+        if binary:
+            get_size, get = ((nvrtc.nvrtcGetCUBINSize, nvrtc.nvrtcGetCUBIN) if binary == "cubin"
+                             else (nvrtc.nvrtcGetPTXSize, nvrtc.nvrtcGetPTX))
+            _, size = get_size(prog)
+            out = b" " * size
+            get(prog, out)
             for expr in name_expressions:
                 e, low = nvrtc.nvrtcGetLoweredName(prog, expr.encode())
                 if e == nvrtc.nvrtcResult.NVRTC_SUCCESS:
                     lowered[expr] = low.decode()
-        return log_text, binary, lowered
+        return log_text, out, lowered
     finally:
         nvrtc.nvrtcDestroyProgram(prog)
 
@@ -500,7 +503,7 @@ def nvrtc_compile(source: str, shown: str, arch: str, options: tuple[str, ...] =
                   name_expressions: tuple[str, ...] = ()) -> str:
     """Compile to PTX with NVRTC (through cuda-bindings, no GPU needed); raise CompileError on failure."""
     opts = [f"-arch=compute_{arch.split('_')[1]}", "-std=c++17", *options]
-    return _nvrtc(source, shown, opts, name_expressions, False, f"for {arch}")[0]
+    return _nvrtc(source, shown, opts, name_expressions, "", f"for {arch}")[0]
 
 
 def cubin_resources(cubin: bytes) -> dict[str, dict[str, int]]:
@@ -524,7 +527,7 @@ def nvrtc_resources(source: str, shown: str, arch: str, options: tuple[str, ...]
                     names: tuple[str, ...] = ()) -> dict[str, dict[str, int]]:
     """Compile to CUBIN for `arch` (e.g. sm_80) with NVRTC; registers and static shared memory per kernel,
     under its lowered name and under each of `names` (CompileError when NVRTC rejects the source)."""
-    _, cubin, lowered = _nvrtc(source, shown, [f"-arch={arch}", "-std=c++17", *options], names, True,
+    _, cubin, lowered = _nvrtc(source, shown, [f"-arch={arch}", "-std=c++17", *options], names, "cubin",
                                "(NVRTC, the compiler of the GPU path)")
     res = cubin_resources(cubin)
     res.update({n: res[low] for n, low in lowered.items() if low in res})
@@ -568,5 +571,15 @@ def nvrtc_variables(source: str, shown: str, options: tuple[str, ...], arch: str
     the names a module compiled from it gives cuModuleGetGlobal, and their sizes."""
     opts = ["-std=c++17", *([] if any(o.startswith(("-arch=", "--gpu-architecture=")) for o in options)
                             else [f"-arch={arch}"]), *options]
-    _, cubin, _ = _nvrtc(source, shown, opts, (), True, "(NVRTC, to list its variables)")
+    _, cubin, _ = _nvrtc(source, shown, opts, (), "cubin", "(NVRTC, to list its variables)")
     return tuple(cubin_variables(cubin))
+
+
+def ptx_for(source: str, shown: str, arch: str, options: tuple[str, ...] = (),
+            names: tuple[str, ...] = ()) -> tuple[bytes, dict[str, str]]:
+    """PTX for a virtual architecture (`compute_75`), which the driver compiles for the GPU that loads it (mimic
+    mode), and the lowered name of each of `names`. An -arch among `options` is replaced."""
+    opts = [f"-arch={arch}", "-std=c++17",
+            *(o for o in options if not o.startswith(("-arch", "--gpu-architecture")))]
+    _, ptx, lowered = _nvrtc(source, shown, opts, names, "ptx", f"for {arch} (NVRTC)")
+    return ptx.rstrip(b"\0"), lowered

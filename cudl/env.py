@@ -12,9 +12,23 @@ import numpy as np
 from .backend import backend, fallback_reason, on_gpu
 
 
-@functools.lru_cache(maxsize=1)
 def device_info() -> dict[str, Any]:
-    """GPU name, compute capability, SMs, memory, L2 and software versions (host CPU on the emulator)."""
+    """GPU name, compute capability, SMs, memory, L2 and software versions (host CPU on the emulator).
+
+    In mimic mode (CUDL_MIMIC) `cc` is the mimicked card's, so that chapters take its branches, and `mimics` holds
+    its per-block limits (as on the emulator); the rest (SMs, memory, the per-SM limits that occupancy and the
+    measurements depend on) stays the real GPU's, whose speed it is, and `real` names it.
+    """
+    from .mimicry import active
+
+    info, card = _device_info(), active()
+    if card is None:
+        return info
+    return {**info, "cc": card["cc"], "mimics": card, "real": {"gpu": info["gpu"], "cc": info["cc"]}}
+
+
+@functools.lru_cache(maxsize=1)
+def _device_info() -> dict[str, Any]:
     info: dict[str, Any] = {"backend": backend(), "numpy": np.__version__}
     try:
         import torch
@@ -101,6 +115,14 @@ def gpu_name() -> str:
 def banner() -> str:
     """One line that says where the notebook's kernels run."""
     i = device_info()
+    if i["backend"] == "gpu" and "mimics" in i:
+        r, m = i["real"], i["mimics"]
+        return (f"cudl: mimicking a {m['name']} on {r['gpu']}: speed numbers are the real GPU's. Kernels are built "
+                f"as PTX for compute_{m['cc'].replace('.', '')} and held to a {m['name']}'s limits "
+                f"({m['max_threads_per_block']} threads, {m['max_smem_per_block_optin'] // 1024} KiB shared memory "
+                f"per block); chapters see compute capability {m['cc']}; cudl.record stores "
+                f"nothing (unset CUDL_MIMIC to leave the mode) | driver CUDA {i['driver']}, CuPy {i['cupy']} "
+                f"(NVRTC {i['nvrtc']}) | backend: gpu")
     if i["backend"] == "gpu":
         return (f"cudl: {i['gpu']} (sm_{i['cc'].replace('.', '')}, {i['sms']} SMs, {i['memory_gib']:.0f} GiB, "
                 f"L2 {i['l2_mib']:.0f} MiB) | driver CUDA {i['driver']}, runtime {i['runtime']}, "

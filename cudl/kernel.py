@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from . import backend as _backend
+from . import mimicry
 from .compile import (
     Param,
     format_log,
@@ -58,8 +59,9 @@ class Kernel:
     """A compiled kernel: `k(grid, block, args, shared_mem=0)` launches it on the current backend."""
 
     def __init__(self, name: str, params: list[Param], shown: str, impl: Any, backend: str, module: Any = None,
-                 source: str = "", options: tuple[str, ...] = ()):
+                 source: str = "", options: tuple[str, ...] = (), mimics: dict[str, Any] | None = None):
         self.name, self.params, self.shown, self._impl, self.backend = name, params, shown, impl, backend
+        self.mimics = mimics  # on a GPU in mimic mode: the card it was built for, whose limits its launches keep
         self.module, self._source, self._options = module, source, options  # module: CuPy RawModule / emulator
         # What convert() checks for each parameter, looked up once rather than on every launch:
         # (param, scalar type or None, allowed pointee dtypes or None).
@@ -192,7 +194,9 @@ class Kernel:
             raise ValueError(f"grid {g} / block {b} exceed CUDA's limits (block y <= 1024, z <= 64; "
                              "grid x < 2^31, y and z <= 65535)")
         if self.backend != "gpu":
-            self._check_shared(int(shared_mem))
+            self._check_card(int(shared_mem), b)
+        elif self.mimics is not None:
+            self._check_card(int(shared_mem), b, self.mimics)
         conv = self.convert(args)
         if self.backend == "gpu":
             if shared_mem > 48 * 1024:  # above 48 KiB a kernel must opt in to more dynamic shared memory
@@ -201,16 +205,32 @@ class Kernel:
         else:
             self._impl.launch(self.name, g, b, conv, self.params, shared_mem)
 
-    def _check_shared(self, dynamic: int) -> None:
-        """Shared memory per block as the GPU the emulator mimics allows it (static + dynamic, opt-in maximum)."""
-        from .emulator import device
+    def _check_card(self, dynamic: int, block: tuple[int, int, int], card: dict[str, Any] | None = None) -> None:
+        """A launch as the card the emulator (or mimic mode, `card`) stands for allows it: threads, shared memory
+        (static + dynamic, up to the opt-in maximum: cudl opts in above 48 KiB) and registers per block."""
+        if card is None:
+            from .emulator import device
 
-        dev, static = device(), (self.resources or {}).get("shared", 0)
-        if static + dynamic > dev["max_smem_per_block_optin"]:
+            card = device()
+            why = "the CPU emulator enforces the limits of that GPU: CUDL_EMULATOR_DEVICE picks another"
+        else:
+            why = f"cudl is mimicking a {card['name']} (CUDL_MIMIC): {mimicry.leave_hint()}"
+        threads = block[0] * block[1] * block[2]
+        static = (self.resources or {}).get("shared", 0)
+        if threads > card["max_threads_per_block"]:
+            raise ValueError(f"{self.name}: a block of {threads} threads; a {card['name']} allows at most "
+                             f"{card['max_threads_per_block']} ({why})")
+        if static + dynamic > card["max_smem_per_block_optin"]:
             raise ValueError(
                 f"{self.name} asks for {static + dynamic} bytes of shared memory per block ({static} static + "
-                f"shared_mem={dynamic}); a {dev['name']} allows at most {dev['max_smem_per_block_optin']} "
-                "(the CPU emulator enforces the limits of that GPU: CUDL_EMULATOR_DEVICE picks another)")
+                f"shared_mem={dynamic}); a {card['name']} allows at most {card['max_smem_per_block_optin']} "
+                f"({why})")
+        # Registers as the real GPU's compiler allocated them for the mimicked card's PTX (close to that card's
+        # own count); the emulator has none. A launch whose block needs more than the card has fails there.
+        regs = self.num_regs if self.backend == "gpu" else None
+        if regs and regs * threads > card["regs_per_block"]:
+            raise ValueError(f"{self.name}: {regs} registers x {threads} threads = {regs * threads} registers per "
+                             f"block; a {card['name']} has {card['regs_per_block']} ({why})")
 
     def __repr__(self) -> str:
         res = "" if self.backend != "gpu" else (
@@ -232,12 +252,14 @@ def allow_shared(func: Any, nbytes: int) -> None:
 
 @functools.lru_cache(maxsize=256)
 def _gpu_module(source: str, shown: str, options: tuple[str, ...], names: tuple[str, ...],
-                includes: str = "") -> Any:
+                includes: str = "", ptx_arch: str = "") -> Any:
     import cupy
 
     # kernels_src/ for shared headers; a full toolkit's headers after CuPy's own: some pip layouts of CUDA 13
     # lack crt/mma.h (needed by WMMA).
     extra = tuple(include_options())
+    if ptx_arch:  # mimic mode
+        return _PtxModule(source, shown, options, names, ptx_arch)
     if any(o.startswith(("-arch=", "--gpu-architecture=")) for o in options):
         return _arch_module(source, shown, options)
     # CuPy caches binaries by source text and options only: the hash of the included headers, in a comment
@@ -260,10 +282,76 @@ def _arch_module(source: str, shown: str, options: tuple[str, ...]) -> Any:
 
     from .compile import _nvrtc
 
-    _, cubin, _ = _nvrtc(source, shown, ["-std=c++17", *options], (), True, "(NVRTC)")
+    _, cubin, _ = _nvrtc(source, shown, ["-std=c++17", *options], (), "cubin", "(NVRTC)")
     with tempfile.NamedTemporaryFile(suffix=".cubin", delete=False) as f:
         f.write(cubin)
     return cupy.RawModule(path=f.name)
+
+
+class _PtxModule:
+    """Mimic mode's module: PTX for the mimicked card's virtual architecture (compute_75), which the driver compiles
+    for the real GPU. CuPy cannot build it (it passes NVRTC an -arch of its own, for the real GPU; a second
+    -arch is an invalid option), so NVRTC runs here and CuPy's RawModule loads the file (cuModuleLoad takes PTX)."""
+
+    def __init__(self, source: str, shown: str, options: tuple[str, ...], names: tuple[str, ...], arch: str):
+        import hashlib
+        import os
+        from pathlib import Path
+
+        import cupy
+
+        from .compile import ptx_for
+
+        ptx, self.lowered = ptx_for(source, shown, arch, options, names)
+        folder = Path(os.environ.get("CUDL_CACHE") or Path.home() / ".cache" / "cudl") / "ptx"
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"{hashlib.sha256(ptx).hexdigest()[:32]}.ptx"  # by content: a rerun reuses its file
+        if not path.is_file():
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_bytes(ptx)
+            os.replace(tmp, path)
+        self.arch = arch
+        try:
+            self.raw = cupy.RawModule(path=str(path))
+        except Exception as exc:
+            self._explain(exc)
+            raise
+
+    def get_function(self, name: str) -> Any:
+        try:
+            return self.raw.get_function(self.lowered.get(name, name))  # C++ and template names are mangled
+        except Exception as exc:  # the driver compiles the PTX when the module is first used
+            self._explain(exc)
+            raise
+
+    @staticmethod
+    def _explain(exc: Exception) -> None:
+        """Raise a sentence on what to do when the driver refuses the PTX (else return: the caller re-raises)."""
+        if "PTX" not in str(exc):
+            return
+        from cuda.bindings import nvrtc
+
+        version = ".".join(map(str, nvrtc.nvrtcVersion()[1:]))
+        raise RuntimeError(f"mimic mode: the driver cannot load the PTX that NVRTC {version} (cuda-bindings) wrote "
+                           f"({exc}); a driver loads PTX of its own CUDA version or older: install the cuda-bindings "
+                           "and nvidia-cuda-nvrtc of the driver's CUDA version, or update the driver") from exc
+
+    def get_global(self, name: str) -> Any:
+        return self.raw.get_global(name)
+
+
+def _mimic_arch(options: tuple[str, ...], card: dict[str, Any], shown: str) -> str:
+    """The virtual architecture of mimic mode; an -arch the caller names for a newer card (sm_90a for wgmma) is an
+    error, since the mimicked card could not run that build."""
+    arch = mimicry.arch()
+    for o in options:
+        if o.startswith(("-arch=", "--gpu-architecture=")):
+            digits = "".join(c for c in o.split("=", 1)[1] if c.isdigit())
+            if digits and int(digits) > int(arch.split("_")[1]):
+                raise CompileError(f"{shown}: {o} builds for a newer GPU than the {card['name']} (sm_"
+                                   f"{arch.split('_')[1]}) that cudl is mimicking, which could not run it; "
+                                   f"{mimicry.leave_hint()}")
+    return arch
 
 
 def load(file_or_source: str, name: str, *, options: Sequence[str] = (),
@@ -281,8 +369,10 @@ def load(file_or_source: str, name: str, *, options: Sequence[str] = (),
     if gpu:  # every kernel by name expression, so that C++ (mangled) names are found too
         found = [d.name for d in kernel_decls(preprocess(source, options)) if d.template is None and d.at_file_scope]
         unique = [k for k in found if found.count(k) == 1]  # an overloaded name is no name expression
-        mod = _gpu_module(source, shown, options, tuple(dict.fromkeys([*unique, *names])), includes)
-        return Kernel(name, params, shown, mod.get_function(name), "gpu", mod, source, options)
+        card = mimicry.active()
+        arch = _mimic_arch(options, card, shown) if card else ""
+        mod = _gpu_module(source, shown, options, tuple(dict.fromkeys([*unique, *names])), includes, arch)
+        return Kernel(name, params, shown, mod.get_function(name), "gpu", mod, source, options, card)
     from . import emulator
 
     mod = emulator.compile_module(source, shown, options, tuple(dict.fromkeys([*names, name])))

@@ -367,7 +367,11 @@ def execute(paths: list[Path], timeout: int = 600) -> None:
     from nbclient import NotebookClient
 
     from .env import gpu_name
+    from .mimicry import card
 
+    if card():  # the kernels inherit CUDL_MIMIC: the stored outputs would be a mimic run's, labelled the real GPU's
+        raise SystemExit(f"cudl.nbtools execute: unset CUDL_MIMIC (now {card()}): a notebook's stored outputs come "
+                         "from a run on the real GPU; check a mimicked card with nbval instead")
     # A non-interactive backend in the environment (MPLBACKEND=Agg) would stop the kernel from showing figures inline.
     os.environ.pop("MPLBACKEND", None)
     failed = []

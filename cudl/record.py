@@ -64,7 +64,8 @@ class Recorded(dict):
 def record(t: Timing, *, chapter: str, shape: Any, dtype: str, kernel: str | None = None,
            baseline: Timing | None = None, path: Path | None = None, demo: bool = False,
            compute: str | None = None, baseline_kind: str | None = None, note: str | None = None) -> Recorded | None:
-    """Append (or replace) this benchmark in benchmarks/<gpu>.json; does nothing on the emulator.
+    """Append (or replace) this benchmark in benchmarks/<gpu>.json; does nothing on the emulator, nor in mimic
+    mode (CUDL_MIMIC: the times are another GPU's), where it warns.
 
     A timing with flops needs a precision: `compute=`, else the timing's own, else the one `dtype` names
     (DTYPE_PRECISION: 'float16' -> fp16, ...); a dtype that names none ('w4') is refused.
@@ -82,6 +83,13 @@ def record(t: Timing, *, chapter: str, shape: Any, dtype: str, kernel: str | Non
     if baseline_kind is not None and (baseline is None or baseline_kind not in BASELINE_KINDS):
         raise ValueError(f"baseline_kind={baseline_kind!r}: one of {BASELINE_KINDS}, and only with a baseline")
     if not on_gpu():
+        return None
+    from .mimicry import active
+
+    card = active()
+    if card is not None:  # the time is the real GPU's: stored, it would read as the card's, or mix into its file
+        warnings.warn(f"cudl.record: {name} not recorded: this run mimics a {card['name']} on another GPU, whose "
+                      "speed it measured (set CUDL_MIMIC only to check correctness)", stacklevel=2)
         return None
     from .env import device_info
 

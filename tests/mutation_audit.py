@@ -46,6 +46,16 @@ class Mutation:
 EMU = "cudl/emulator/runtime.cpp"
 
 MUTATIONS = [
+    # ---------------------------------------------------- mimic mode (CUDL_MIMIC): a T4's path on a newer GPU
+    Mutation("mimic-launch-unchecked", "cudl/kernel.py",
+             "        elif self.mimics is not None:", "        elif False:",
+             ("tests/test_mimic.py",), "launches in mimic mode are not held to the mimicked card's limits"),
+    Mutation("mimic-builds-cubin", "cudl/kernel.py",
+             "        return _PtxModule(source, shown, options, names, ptx_arch)", "        pass",
+             ("tests/test_mimic.py",), "mimic mode builds for the real GPU instead of the card's PTX"),
+    Mutation("mimic-records", "cudl/record.py",
+             "    if card is not None:  # the time is the real GPU's", "    if False:  # the time is the real GPU's",
+             ("tests/test_mimic.py",), "cudl.record stores a mimic run's times (the real GPU's) as a GPU's numbers"),
     # ------------------------------------------------------------------ cudl.check: what every kernel test relies on
     Mutation("compare-loosened-100x", "cudl/check.py",
              "tol = rtol if rtol is not None else RTOL.get(name, 1e-5)",

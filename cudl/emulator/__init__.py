@@ -327,17 +327,20 @@ def fiber_kernels(source: str, kernels: list[str]) -> set[str]:
 DEVICES = {"T4": ("Tesla T4", "7.5", 40), "A100": ("NVIDIA A100", "8.0", 108), "H100": ("NVIDIA H100", "9.0", 132)}
 
 
-def device() -> dict[str, Any]:
-    """The limits the emulator enforces: a T4's by default (Colab's GPU), so that what runs here runs there."""
+def device(key: str | None = None) -> dict[str, Any]:
+    """The limits of GPU `key` of DEVICES; by default those the emulator enforces: CUDL_EMULATOR_DEVICE, else the
+    card of CUDL_MIMIC, else a T4 (Colab's GPU), so that what runs here runs there. Mimic mode on a GPU uses it too."""
+    from ..mimicry import card
     from ..occupancy import LIMITS
 
-    key = os.environ.get("CUDL_EMULATOR_DEVICE", "T4").upper()
+    key = (key or os.environ.get("CUDL_EMULATOR_DEVICE") or card() or "T4").upper()
     if key not in DEVICES:
         raise ValueError(f"CUDL_EMULATOR_DEVICE={key}: choose one of {', '.join(DEVICES)}")
     name, cc, sms = DEVICES[key]
     lim = LIMITS[cc]
     return dict(name=name, cc=cc, sms=sms, max_threads_per_block=lim.max_threads_per_block,
-                max_smem_per_block_optin=lim.smem_per_block)
+                max_smem_per_block_optin=lim.smem_per_block, regs_per_block=lim.regs_per_block,
+                max_regs_per_thread=lim.max_regs_per_thread)
 
 
 # Headers the emulator provides itself: an NVRTC without CUDA's headers is no judge of sources that use them.
