@@ -93,6 +93,8 @@ import attention_backward as ab  # noqa: E402
 
 OPS = "15-capstone/gpt_ops.cu"
 ARCHS = ("sm75", "sm80", "sm90")  # Model's paths: a T4, sm_80+ GPUs, Hopper
+# the attention backward's main kernel per path (version 3's shared memory exceeds a T4's)
+ATTN_BWD = {"sm75": 2, "sm80": 2, "sm90": 2}
 # the row-major GEMM of each path, a build of chapter 11's KERNELS: kernel 3 on sm_80+;
 # on a T4 kernel 1 (WMMA, sm_70+), as kernel 3's sm_75 build copies through registers
 # and its ring hides nothing there (which is faster on a T4 is for a T4 to measure)
@@ -311,11 +313,13 @@ class Model:
     AdamW; step does both. split_k: slices of K for the blocks' weight gradients, None to
     choose per shape (choose_split_k, on kernel 5 only), or a number for all four (1: no
     split-K). arch: the kernels' path (ARCHS), None for this GPU's (device_arch); an
-    older path runs on a newer GPU (and any but "sm90" on the emulator)."""
+    older path runs on a newer GPU (and any but "sm90" on the emulator). attn_bwd: the
+    attention backward's main kernel (attention_backward.VERSIONS), None for the path's
+    (ATTN_BWD)."""
 
     def __init__(self, cfg: Config, batch: int, params: dict[str, np.ndarray],
                  hyper: Hyper | None = None, split_k: int | None = None,
-                 arch: str | None = None):
+                 arch: str | None = None, attn_bwd: int | None = None):
         check_config(cfg, batch)
         xp = cudl.xp
         self.cfg, self.batch, self.hyper = cfg, batch, hyper or Hyper()
@@ -329,7 +333,7 @@ class Model:
         self.gemm_rm, self.gemm_threads, self.gemm_smem = gemm_kernel(self.arch)
         self.k = kernels() | {"gemm": self.gemm_rm}
         self.attn_fwd = ch12.flash_kernel("flash_attn_2_mma", cfg.hd, sm75=sm75)
-        self.attn_bwd = ab.main_kernel(2, cfg.hd, sm75=sm75)
+        self.attn_bwd = ab.main_kernel(attn_bwd or ATTN_BWD[self.arch], cfg.hd, sm75=sm75)
         info = cudl.device_info()
         self.sms = info.get("sms", 4)
         # chapter 11's kernel 5 needs sm_90a (wgmma, TMA): elsewhere the path's GEMMS

@@ -88,8 +88,8 @@ def tokens_t(a: np.ndarray) -> torch.Tensor:
 
 @section("check")
 def check(cfg: gt.Config, batch: int, params: dict, x: np.ndarray, y: np.ndarray, split_k: int | None = None,
-          arch: str | None = None) -> None:
-    model = gt.Model(cfg, batch, params, split_k=split_k, arch=arch)
+          arch: str | None = None, attn_bwd: int | None = None) -> None:
+    model = gt.Model(cfg, batch, params, split_k=split_k, arch=arch, attn_bwd=attn_bwd)
     model.forward_backward(x, y)
     cudl.sync()
     book_losses = cudl.to_numpy(model.losses).astype(np.float64)
@@ -185,7 +185,8 @@ def timing(cfg: gt.Config, batch: int, params: dict, x: np.ndarray, y: np.ndarra
     out: dict = {"tokens_per_step": tokens}
     pool = cupy.get_default_memory_pool()
     pool.free_all_blocks()
-    model = gt.Model(cfg, batch, params, split_k=args.split_k, arch=args.arch)
+    model = gt.Model(cfg, batch, params, split_k=args.split_k, arch=args.arch,
+                     attn_bwd=args.attn_bwd)
     out["arch"] = model.arch
     out["split_k"] = model.splits  # slices of K of each block matrix's weight gradient
     log(f"split-K of the weight gradients: {model.splits} ({'automatic' if args.split_k is None else 'forced'})")
@@ -307,7 +308,8 @@ def train(cfg: gt.Config, batch: int, params: dict, args) -> None:
 
     out: dict = {"corpus": args.corpus, "bytes": len(data), "batch": batch, "lr": args.lr}
     # the book
-    model = gt.Model(cfg, batch, params, hyper, split_k=args.split_k, arch=args.arch)
+    model = gt.Model(cfg, batch, params, hyper, split_k=args.split_k, arch=args.arch,
+                     attn_bwd=args.attn_bwd)
     batches = gt.Batches(data, batch, cfg.seq, seed=args.seed)
     losses, vals, t = [], [], time.time()
     while time.time() - t < seconds and len(losses) < args.max_steps:
@@ -377,6 +379,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                     help="slices of K of the blocks' weight gradients (1: off; default: chosen per shape)")
     ap.add_argument("--arch", choices=gt.ARCHS, default=None,
                     help="the kernels' path (default: this GPU's); sm75 runs the T4 path on a newer GPU")
+    ap.add_argument("--attn-bwd", type=int, default=None, choices=[2, 3],
+                    help="the attention backward's main kernel (default: the path's, gt.ATTN_BWD)")
     return ap.parse_args(argv)
 
 
@@ -395,7 +399,7 @@ def main() -> int:
     gt.kernels()
     x, y = gt.Batches(gt.corpus("book"), batch, cfg.seq, seed=args.seed).next()
     if "check" not in args.skip:
-        check(cfg, batch, params, x, y, args.split_k, args.arch)
+        check(cfg, batch, params, x, y, args.split_k, args.arch, args.attn_bwd)
     if "timing" not in args.skip:
         timing(cfg, batch, params, x, y, args)
         free_torch()  # what the section held is garbage now
