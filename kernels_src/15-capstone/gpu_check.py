@@ -224,6 +224,16 @@ def timing(cfg: gt.Config, batch: int, params: dict, x: np.ndarray, y: np.ndarra
     out["pairs"] = {}  # the cudl.Pair of each comparison (chapter 15 records them; JSON keeps their text)
     record("vs_eager", cudl.bench_pair(book_step, eager_step, rounds=3, name="book", baseline_name="eager",
                                        **flops))
+    if any(n > 1 for n in model.splits.values()):  # split-K's gain, the book against itself
+        def whole_step():  # every weight gradient as one product
+            model.split_k = 1
+            book_step()
+            model.split_k = args.split_k
+
+        p = cudl.bench_pair(book_step, whole_step, rounds=3, name="book, split-K", baseline_name="book, no split-K",
+                            **flops)
+        out["split_pair"] = p  # not in "pairs": its baseline is the book's own step
+        log(f"split-K: {p.timing.ms:.2f} ms, without {p.baseline.ms:.2f} ms: {p.ratio:.3f}x (sign {p.sign()})")
     try:
         out["breakdown_book_ms"] = breakdown(book_step, True)
         out["breakdown_eager_ms"] = breakdown(eager_step, False)
