@@ -359,9 +359,11 @@ def _output_text(cell: Any) -> str:
     return re.sub(r"\x1b\[[0-9;]*m", "", "\n".join(parts))
 
 
-def execute(paths: list[Path], timeout: int = 600) -> None:
-    """Run notebooks top to bottom (on a GPU), store outputs and stamp the hash of the code that made them."""
+def execute(paths: list[Path], timeout: int | None = None) -> None:
+    """Run notebooks top to bottom (on a GPU), store outputs and stamp the hash of the code that made them.
+    `timeout`: seconds a cell may take (default CUDL_CELL_TIMEOUT, else 600); each cell's time is printed."""
     import os
+    import time
 
     import nbformat
     from nbclient import NotebookClient
@@ -374,12 +376,24 @@ def execute(paths: list[Path], timeout: int = 600) -> None:
                          "from a run on the real GPU; check a mimicked card with nbval instead")
     # A non-interactive backend in the environment (MPLBACKEND=Agg) would stop the kernel from showing figures inline.
     os.environ.pop("MPLBACKEND", None)
+    timeout = timeout or int(os.environ.get("CUDL_CELL_TIMEOUT", "600"))
     failed = []
     for path in paths:
         path = path.resolve()
         nb = nbformat.read(path, as_version=4)
+        started = {"notebook": time.time()}
+
+        def cell_started(cell, cell_index, **_):
+            started["cell"] = time.time()
+
+        def cell_done(cell, cell_index, **_):  # progress, so that a run cut short shows where it was
+            now = time.time()
+            print(f"[{now - started['notebook']:6.0f} s] {path.name}: cell {cell_index} done in "
+                  f"{now - started['cell']:.1f} s", flush=True)
+
         try:
-            NotebookClient(nb, timeout=timeout, kernel_name="python3",
+            NotebookClient(nb, timeout=timeout, kernel_name="python3", on_cell_start=cell_started,
+                           on_cell_executed=cell_done,
                            resources={"metadata": {"path": str(path.parent)}}).execute()
         except Exception as exc:  # keep going: one broken notebook should not cost the others' GPU time
             # A %%gpu cell's own error is printed in its outputs ("see the error above"): show them too.
