@@ -141,6 +141,11 @@ def main() -> None:
         pipe.flush()
 
     try:
+        import cudl
+
+        # PyTorch first, as in a notebook (cudl.setup): imported after NVRTC has run through cuda.bindings
+        # (Kernel.module_variables), torch 2.11 failed to parse its own operator schemas on an H200
+        cudl.device_info()
         grade(job["name"], job["source"], send, speed=job.get("speed", False))
     except Exception:  # a bug outside the student's kernel: report it rather than die silently
         send("error", (-1, traceback.format_exc(limit=5)))
