@@ -56,8 +56,8 @@ PARALLEL = $(if $(filter 1,$(JOBS)),,-n $(JOBS) --dist $(1))
 test: venv test-extras browser lint
 	$(BIN)/python -m cudl.nbtools check
 	$(BIN)/jupyter-book build --all --warningiserror --keep-going . >/dev/null
-	CUDL_BOOK_BUILT=1 CUDL_BACKEND=emulator $(BIN)/pytest -q $(call PARALLEL,worksteal) --timeout=1800 -m "not serial" tests
-	CUDL_BOOK_BUILT=1 CUDL_BACKEND=emulator $(BIN)/pytest -q --timeout=1800 -m serial tests
+	CUDL_BOOK_BUILT=1 CUDL_BACKEND=emulator $(BIN)/pytest -q $(call PARALLEL,worksteal) --timeout=1800 -m "not serial" --durations=20 tests
+	CUDL_BOOK_BUILT=1 CUDL_BACKEND=emulator $(BIN)/pytest -q --timeout=1800 -m serial --durations=10 tests
 	$(if $(NOTEBOOKS),CUDL_BACKEND=emulator $(BIN)/pytest -q $(call PARALLEL,loadscope) -p no:cacheprovider --nbval-lax --nbval-current-env --nbval-cell-timeout=900 $(NOTEBOOKS))
 
 # Rewrite bootstrap cells from _config.yml, pair chapters/solutions .md -> .ipynb, regenerate exercises.
