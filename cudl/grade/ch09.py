@@ -101,18 +101,24 @@ def sgd_nesterov(load: Any, case: dict[str, Any]) -> list[tuple[Any, Any]]:
     p, pbuf = guarded(p_host, guard=GUARD)
     buf, bbuf = guarded(rng.standard_normal(n).astype(np.float32), guard=GUARD)  # garbage before step 1
     p64, b64 = p_host.astype(np.float64), None
+    # Sums of |terms| behind each result: an element of p or buf is a difference of terms that may cancel
+    # (the CI once saw an n = 1 case whose p ended near 0), and fp32 rounds relative to the terms
+    p_terms, b_terms = np.abs(p64), np.zeros(n)
     kernel = load("sgd_nesterov")
     for step in range(3):
         g_host = (rng.standard_normal(n) * rng.uniform(0.1, 3)).astype(np.float32)
         g = guarded(g_host, guard=GUARD)[0]
         kernel((min((n + BLOCK - 1) // BLOCK, SGD_GRID),), (BLOCK,), (p, g, buf, n, lr, mom, wd, int(step == 0)))
         gd = g_host + float(wd) * p64
+        gd_terms = np.abs(g_host) + float(wd) * np.abs(p64)
         b64 = gd if b64 is None else float(mom) * b64 + gd
+        b_terms = gd_terms if step == 0 else float(mom) * b_terms + gd_terms
         p64 = p64 - float(lr) * (gd + float(mom) * b64)
+        p_terms = p_terms + float(lr) * (gd_terms + float(mom) * b_terms)
     cudl.sync()
     check_guard(pbuf, n, "p")
     check_guard(bbuf, n, "buf")
-    return [(p, p64), (buf, b64)]
+    return [(p, p64, p_terms), (buf, b64, b_terms)]
 
 
 # ------------------------------------------------------------------------------ challenge: bias_grad_tall
