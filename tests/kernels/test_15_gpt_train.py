@@ -601,12 +601,14 @@ def test_gpu_check_sections_run_on_the_emulator(toy, monkeypatch):
     x, y = batches.next()
     gpu_check.check(gt.TOY, BATCH, params, x, y, arch=ARCH)
     args = argparse.Namespace(corpus="book", seed=1, eval_batches=1, seconds=1e9, lr=1e-3, warmup=2,
-                              max_steps=3, eval_every=2, split_k=None, arch=ARCH, attn_bwd=None)
+                              max_steps=3, eval_every=2, split_k=None, arch=ARCH, attn_bwd=None,
+                              twin_runs=2)
     gpu_check.train(gt.TOY, BATCH, params, args)
     assert gpu_check.failed == [], gpu_check.failed
     assert gpu_check.results["sections"]["check"]["ok"]
     out = gpu_check.results["sections"]["train"]
     assert out["book"]["steps"] == 3 and out["twin_eager_bf16"]["steps"] == 3
+    assert out["twin_eager_bf16_rerun"]["steps"] == 3
     assert len(out["book"]["val_loss"]) == 3 and all(np.isfinite(v) for _, v in out["book"]["val_loss"])
 
 
