@@ -143,9 +143,11 @@ def main() -> None:
     try:
         import cudl
 
-        # PyTorch first, as in a notebook (cudl.setup): imported after NVRTC has run through cuda.bindings
-        # (Kernel.module_variables), torch 2.11 failed to parse its own operator schemas on an H200
-        cudl.device_info()
+        # On a GPU, PyTorch first, as in a notebook (cudl.setup): imported after NVRTC has run through
+        # cuda.bindings (Kernel.module_variables), torch 2.11 failed to parse its own operator schemas on an
+        # H200. (The emulator's grading never imports torch: the import would cost every child a second.)
+        if cudl.on_gpu():
+            cudl.device_info()
         grade(job["name"], job["source"], send, speed=job.get("speed", False))
     except Exception:  # a bug outside the student's kernel: report it rather than die silently
         send("error", (-1, traceback.format_exc(limit=5)))
