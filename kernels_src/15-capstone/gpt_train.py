@@ -872,9 +872,10 @@ if torch is not None:
     class Twin:
         """The same model in PyTorch (same parameter layout, names and init), the
         reference of the tests and the baseline of the timings. `dtype` float64/float32
-        for references; `autocast` (torch.bfloat16 or torch.float16) for the speed
-        baseline; `fp16_at_book_sites` rounds to fp16 exactly where the book's step does
-        (GEMM and attention operands, the gradients the book casts), to measure what fp16
+        for references; `autocast` (torch.bfloat16, or torch.float16 with a GradScaler
+        that starts at the book's loss scale) for the speed baseline; `fp16_at_book_sites`
+        rounds to fp16 exactly where the book's step does (GEMM and attention operands,
+        the gradients the book casts), to measure what fp16
         alone costs."""
 
         def __init__(self, cfg: Config, params: dict[str, np.ndarray],
@@ -890,6 +891,10 @@ if torch is not None:
             decay = [self.p[n] for n, _, d in param_shapes(cfg) if d]
             rest = [self.p[n] for n, _, d in param_shapes(cfg) if not d]
             self.max_norm = h.max_norm
+            # fp16's range needs the loss scaled (as the book's step does); bf16's not
+            self.scaler = (torch.amp.GradScaler(device.split(":")[0],
+                                                init_scale=h.loss_scale)
+                           if autocast == torch.float16 else None)
             self.opt = torch.optim.AdamW([dict(params=decay, weight_decay=h.weight_decay),
                                           dict(params=rest, weight_decay=0.0)],
                                          lr=h.lr, betas=h.betas, eps=h.eps,
@@ -937,12 +942,18 @@ if torch is not None:
         def forward_backward(self, tokens, targets) -> float:
             self.opt.zero_grad(set_to_none=True)
             loss = self.loss(tokens, targets)
-            loss.backward()
+            (self.scaler.scale(loss) if self.scaler else loss).backward()
             return loss.detach()
 
         def optimizer_step(self) -> Any:
+            if self.scaler:
+                self.scaler.unscale_(self.opt)  # clip the true gradients
             norm = torch.nn.utils.clip_grad_norm_(list(self.p.values()), self.max_norm)
-            self.opt.step()
+            if self.scaler:
+                self.scaler.step(self.opt)  # skipped when a gradient overflowed
+                self.scaler.update()
+            else:
+                self.opt.step()
             return norm
 
         def step(self, tokens, targets) -> Any:

@@ -86,6 +86,14 @@ def tokens_t(a: np.ndarray) -> torch.Tensor:
     return torch.as_tensor(a, dtype=torch.long, device=DEVICE)
 
 
+def twin_autocast() -> torch.dtype:
+    """The twin's mixed precision: bf16 from sm_80 on (and on the CPU); fp16 with a GradScaler on
+    older GPUs (a T4), where PyTorch's bf16 attention has no fused kernel."""
+    if DEVICE == "cpu" or torch.cuda.get_device_capability() >= (8, 0):
+        return torch.bfloat16
+    return torch.float16
+
+
 @section("check")
 def check(cfg: gt.Config, batch: int, params: dict, x: np.ndarray, y: np.ndarray, split_k: int | None = None,
           arch: str | None = None, attn_bwd: int | None = None) -> None:
@@ -201,7 +209,7 @@ def timing(cfg: gt.Config, batch: int, params: dict, x: np.ndarray, y: np.ndarra
     cudl.sync()
     out["book_peak_bytes"] = pool.total_bytes()  # every buffer is allocated once, in Model
     torch.cuda.reset_peak_memory_stats()
-    twin = gt.Twin(cfg, params, device="cuda", dtype=torch.float32, autocast=torch.bfloat16)
+    twin = gt.Twin(cfg, params, device="cuda", dtype=torch.float32, autocast=twin_autocast())
     xt, yt = tokens_t(x), tokens_t(y)
 
     def eager_step():
@@ -275,7 +283,7 @@ def timing(cfg: gt.Config, batch: int, params: dict, x: np.ndarray, y: np.ndarra
             twin = None  # the eager twin's memory goes before the compiled one is built
             free_torch()
             torch.cuda.reset_peak_memory_stats()
-            twin = gt.Twin(cfg, params, device="cuda", dtype=torch.float32, autocast=torch.bfloat16)
+            twin = gt.Twin(cfg, params, device="cuda", dtype=torch.float32, autocast=twin_autocast())
             compiled = torch.compile(twin.loss, mode=mode)
 
             def compiled_step():
@@ -309,7 +317,7 @@ def twin_run(cfg: gt.Config, params: dict, hyper: gt.Hyper, data: bytes, val: li
              steps: int, seconds: float, lr_at, args) -> tuple[list[float], list[tuple[int, float]]]:
     """The eager bf16 twin trained from `params` on the same batches as the book: (training losses,
     (step, held-out loss) pairs)."""
-    twin = gt.Twin(cfg, params, device=DEVICE, dtype=torch.float32, autocast=torch.bfloat16, hyper=hyper)
+    twin = gt.Twin(cfg, params, device=DEVICE, dtype=torch.float32, autocast=twin_autocast(), hyper=hyper)
     batches = gt.Batches(data, batch, cfg.seq, seed=args.seed)
     tl: list[float] = []
     tv: list[tuple[int, float]] = []
@@ -345,7 +353,8 @@ def train(cfg: gt.Config, batch: int, params: dict, args) -> None:
     def lr_at(step: int) -> float:  # linear warm-up, then constant
         return args.lr * min(1.0, (step + 1) / args.warmup)
 
-    out: dict = {"corpus": args.corpus, "bytes": len(data), "batch": batch, "lr": args.lr}
+    out: dict = {"corpus": args.corpus, "bytes": len(data), "batch": batch, "lr": args.lr,
+                 "twin_autocast": str(twin_autocast()).removeprefix("torch.")}
     # the book
     model = gt.Model(cfg, batch, params, hyper, split_k=args.split_k, arch=args.arch,
                      attn_bwd=args.attn_bwd)

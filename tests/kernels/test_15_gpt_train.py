@@ -497,6 +497,25 @@ def test_loss_and_gradients_match_the_twin(toy, arch):
     assert not bad, f"seed {seed}:\n" + "\n".join(bad)
 
 
+def test_fp16_twin_unscales_before_clipping(toy):
+    """A T4's baseline: the twin under fp16 autocast with PyTorch's GradScaler. The gradient norm it clips is the
+    true one (within 2x of the float32 twin's; a norm of scaled gradients would be 2^12 times larger), and its
+    steps lower the loss of a repeated batch (a scaler that skipped every step would not)."""
+    torch, seed, params, batches = toy
+    x, y = batches.next()
+    t32 = gt.Twin(gt.TOY, params)
+    t32.forward_backward(x, y)
+    n32 = float(t32.optimizer_step())
+    t16 = gt.Twin(gt.TOY, params, autocast=torch.float16)
+    assert t16.scaler is not None and t32.scaler is None
+    first = float(t16.forward_backward(x, y))
+    n16 = float(t16.optimizer_step())
+    assert 0.5 * n32 <= n16 <= 2 * n32, f"seed {seed}: clipped norm {n16:.3g}, the float32 twin's {n32:.3g}"
+    for _ in range(5):
+        last = float(t16.step(x, y))
+    assert last < first, f"seed {seed}: loss {first:.4f} -> {last:.4f} after 6 steps on one batch"
+
+
 def test_training_steps_track_the_twin(toy):
     """Four AdamW steps (clipping active: max_norm below the gradients' norm) on fresh batches: at each step,
     twins built from the book's own parameters (float64, and float64 rounded to fp16 at the book's sites) give
