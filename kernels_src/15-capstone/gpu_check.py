@@ -342,6 +342,59 @@ def twin_run(cfg: gt.Config, params: dict, hyper: gt.Hyper, data: bytes, val: li
     return tl, tv
 
 
+def step_gemms(cfg: gt.Config, batch: int) -> list[tuple[str, int, int, int, int, bool]]:
+    """(name, M, N, K, count per step, is a block's weight gradient) of every matrix product of one step,
+    C [M, N] = A [M, K] B [K, N]: per layer four forward, four input-gradient and four weight-gradient
+    products, and the tied head's three."""
+    T, C, V, L = batch * cfg.seq, cfg.d, cfg.vocab, cfg.layers
+    rows = []
+    for w, n_in, n_out in (("qkv", C, 3 * C), ("proj", C, C), ("fc", C, 4 * C), ("fc2", 4 * C, C)):
+        rows += [(f"{w} forward", T, n_out, n_in, L, False), (f"{w} dX", T, n_in, n_out, L, False),
+                 (f"{w} dW", n_in, n_out, T, L, True)]
+    rows += [("head forward", T, V, C, 1, False), ("head dX", T, C, V, 1, False),
+             ("head dW", V, C, T, 1, False)]
+    return rows
+
+
+@section("gemms")
+def gemms(cfg: gt.Config, batch: int, params: dict, args) -> None:
+    """Each product of the step on the book's path (kernel 5 or the path's GEMMS, split-K where the step
+    splits) against cuBLAS (torch.mm, fp16 in and out, the library's usual layout), timed in turn: which
+    shapes hold the GEMM family's gap."""
+    import cupy
+
+    model = gt.Model(cfg, batch, params, split_k=args.split_k, arch=args.arch, attn_bwd=args.attn_bwd)
+    out = {}
+    for name, M, N, K, count, weight_grad in step_gemms(cfg, batch):
+        a = cupy.random.standard_normal((M, K), dtype=cupy.float32).astype(cupy.float16)
+        b = cupy.random.standard_normal((K, N), dtype=cupy.float32).astype(cupy.float16)
+        c = cupy.empty((M, N), cupy.float32)
+        ta, tb = torch.as_tensor(a, device="cuda"), torch.as_tensor(b, device="cuda")
+
+        def book():
+            model.gemm(a, b, c, M, N, K, split=weight_grad)
+
+        def cublas():
+            torch.mm(ta, tb)
+
+        book()
+        err = float(cupy.abs(c - cupy.asarray(torch.mm(ta.float(), tb.float()))).max()
+                    / cupy.abs(c).max())
+        p = cudl.bench_pair(book, cublas, rounds=3, name=f"book {name}", baseline_name=f"cuBLAS {name}",
+                            flops=2 * M * N * K, compute="fp16")
+        out[name] = dict(M=M, N=N, K=K, count=count, book_ms=p.timing.ms, cublas_ms=p.baseline.ms,
+                         ratio=p.ratio, sign=p.sign(), rounds=p.round_ratios, max_rel_err=err,
+                         split=model.split_for(M, N, K) if weight_grad else 1,
+                         step_ms_book=count * p.timing.ms, step_ms_cublas=count * p.baseline.ms)
+        log(f"{name:14} {M:6} x {N:6} x {K:6} x{count:3}: book {p.timing.ms:.3f} ms, cuBLAS "
+            f"{p.baseline.ms:.3f} ms ({p.ratio:.2f}x, sign {p.sign()}), error {err:.1e}")
+        del a, b, c, ta, tb
+    book_ms = sum(r["step_ms_book"] for r in out.values())
+    cublas_ms = sum(r["step_ms_cublas"] for r in out.values())
+    log(f"per step: book {book_ms:.1f} ms, cuBLAS {cublas_ms:.1f} ms")
+    results["sections"]["gemms"] = dict(shapes=out, book_ms=book_ms, cublas_ms=cublas_ms)
+
+
 @section("train")
 def train(cfg: gt.Config, batch: int, params: dict, args) -> None:
     data = gt.corpus(args.corpus)
@@ -420,6 +473,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
                     help="slices of K of the blocks' weight gradients (1: off; default: chosen per shape)")
     ap.add_argument("--arch", choices=gt.ARCHS, default=None,
                     help="the kernels' path (default: this GPU's); sm75 runs the T4 path on a newer GPU")
+    ap.add_argument("--gemms", action="store_true",
+                    help="time each product of the step against cuBLAS (not part of the page)")
     ap.add_argument("--twin-runs", type=int, default=2, choices=[1, 2],
                     help="train the twin twice: the difference of its runs is the comparison's noise")
     ap.add_argument("--attn-bwd", type=int, default=None, choices=[2, 3],
@@ -446,6 +501,9 @@ def main() -> int:
     if "timing" not in args.skip:
         timing(cfg, batch, params, x, y, args)
         free_torch()  # what the section held is garbage now
+        free_cupy()
+    if args.gemms:
+        gemms(cfg, batch, params, args)
         free_cupy()
     if "train" not in args.skip:
         train(cfg, batch, params, args)

@@ -887,3 +887,15 @@ def test_sm75_path_compiles_with_nvrtc12(sm75_kernels):
     if no_crt:
         pytest.skip(f"{len(launched) - len(no_crt)} kernels compiled; {len(no_crt)} ({', '.join(no_crt)}) "
                     "need CUDA 12's crt/ headers (Colab's toolkit has them)")
+
+
+def test_step_gemms_are_the_step_products():
+    """gpu_check's per-shape GEMM table lists the products of a step: their FLOPs add up to the weights' share
+    of gt.step_flops, 6 T (12 L C^2 + V C), and every shape is one that the step's GEMM path takes."""
+    gpu_check = cudl.kernels_module("15-capstone/gpu_check.py")
+    for cfg, batch in ((gt.TOY, 2), (gt.GPT2, 16)):
+        T, C, V, L = batch * cfg.seq, cfg.d, cfg.vocab, cfg.layers
+        rows = gpu_check.step_gemms(cfg, batch)
+        assert sum(2 * M * N * K * n for _, M, N, K, n, _ in rows) == 6 * T * (12 * L * C**2 + V * C)
+        assert sum(w for *_, w in rows) == 4  # the blocks' four weight gradients, split-K's candidates
+        assert len({name for name, *_ in rows}) == len(rows) == 15
