@@ -96,14 +96,6 @@ ARCHS = ("sm75", "sm80", "sm90")  # Model's paths: a T4, sm_80+ GPUs, Hopper
 # the attention backward's main kernel per path, where its shared memory fits (Model falls
 # back to version 2 elsewhere; version 3's exceeds a T4's 64 KiB at any head dimension)
 ATTN_BWD = {"sm75": 2, "sm80": 3, "sm90": 3}
-
-
-def smem_optin(info: dict) -> int:
-    """Shared memory a block may opt in to: the emulated or mimicked card's limit, else
-    the GPU's (as chapter 12 reads it)."""
-    if "mimics" in info:
-        return info["mimics"]["max_smem_per_block_optin"]
-    return cudl.xp.cuda.Device().attributes["MaxSharedMemoryPerBlockOptin"]
 # the row-major GEMM of each path, a build of chapter 11's KERNELS: kernel 3 on sm_80+;
 # on a T4 kernel 1 (WMMA, sm_70+), as kernel 3's sm_75 build copies through registers
 # and its ring hides nothing there (which is faster on a T4 is for a T4 to measure)
@@ -344,7 +336,7 @@ class Model:
         self.attn_fwd = ch12.flash_kernel("flash_attn_2_mma", cfg.hd, sm75=sm75)
         info = cudl.device_info()
         self.attn_bwd = ab.main_kernel(attn_bwd or ATTN_BWD[self.arch], cfg.hd, sm75=sm75)
-        if attn_bwd is None and self.attn_bwd.smem > smem_optin(info):
+        if attn_bwd is None and self.attn_bwd.smem > cudl.max_shared_per_block():
             # version 3 at d = 128 needs 112.5 KiB: more than sm_86/89's 99 KiB
             self.attn_bwd = ab.main_kernel(2, cfg.hd, sm75=sm75)
         self.sms = info.get("sms", 4)

@@ -899,3 +899,16 @@ def test_step_gemms_are_the_step_products():
         assert sum(2 * M * N * K * n for _, M, N, K, n, _ in rows) == 6 * T * (12 * L * C**2 + V * C)
         assert sum(w for *_, w in rows) == 4  # the blocks' four weight gradients, split-K's candidates
         assert len({name for name, *_ in rows}) == len(rows) == 15
+
+
+def test_attention_backward_version_fits_the_card(toy, monkeypatch):
+    """The step takes version 3 of the attention backward where its shared memory fits a block (an H100's 227
+    KiB), version 2 where it does not (the emulator's T4: 64 KiB), and the version asked for in any case."""
+    torch, seed, params, batches = toy
+    if not cudl.on_gpu():
+        assert cudl.max_shared_per_block() == cudl.device_info()["mimics"]["max_smem_per_block_optin"]
+    monkeypatch.setattr(cudl, "max_shared_per_block", lambda: 227 * 1024)
+    assert gt.Model(gt.TOY, BATCH, params, arch=ARCH).attn_bwd.name == "flash_attn_bwd_3_ldmatrix"
+    monkeypatch.setattr(cudl, "max_shared_per_block", lambda: 64 * 1024)
+    assert gt.Model(gt.TOY, BATCH, params, arch=ARCH).attn_bwd.name == "flash_attn_bwd_2_mma"
+    assert gt.Model(gt.TOY, BATCH, params, arch=ARCH, attn_bwd=2).attn_bwd.name == "flash_attn_bwd_2_mma"
