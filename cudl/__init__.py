@@ -26,7 +26,7 @@ from .ceilings import DATASHEET, ceilings, datasheet, memory_ceiling
 from .check import check, compare, poisoned, randn
 from .compile import kernels_module
 from .counters import Counters, counters
-from .env import banner, device_info, glue, gpu_name, setup, show, span
+from .env import banner, device_info, glue, gpu_name, max_shared_per_block, setup, show, span
 from .errors import CompileError, CudlError, EmulatorUnsupported, GpuOnly, KernelFault, KernelTimeout
 from .kernel import Kernel, load
 from .mimicry import mimic
@@ -40,6 +40,7 @@ __all__ = [
     "require_gpu", "setup", "show", "size", "span", "sweep", "sync", "to_numpy",
 ]
 __all__ += ["Counters", "KernelTimeout", "counters"]  # emulator checks (issue 7)
+__all__ += ["max_shared_per_block"]  # a block's opt-in shared memory on this (or the mimicked) card
 __all__ += ["mimic"]  # a T4's or an A100's code path on a newer GPU (issue 24)
 __all__ += ["Pair", "bench_pair", "measurable"]  # a kernel timed in turn with its baseline; noise-aware verdicts
 __all__ += ["Tuned", "autotune"]  # build options chosen per GPU and shape, checked, timed, cached (issue 24)

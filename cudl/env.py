@@ -107,6 +107,17 @@ def _cuda_version(v: int) -> str:
     return f"{v // 1000}.{(v % 1000) // 10}"
 
 
+def max_shared_per_block() -> int:
+    """Bytes of shared memory a block may have after opting in: the limit of the card that the emulator or
+    mimic mode stands for, else this GPU's (a T4 64 KiB, an A100 163 KiB, sm_86/89 99 KiB, Hopper 227 KiB)."""
+    info = device_info()
+    if "mimics" in info:
+        return info["mimics"]["max_smem_per_block_optin"]
+    import cupy
+
+    return cupy.cuda.Device().attributes["MaxSharedMemoryPerBlockOptin"]
+
+
 def gpu_name() -> str:
     """The device name, e.g. 'NVIDIA H100 80GB HBM3' ('CPU emulator' without a GPU)."""
     return device_info()["gpu"]

@@ -37,6 +37,7 @@
 #define BR 64
 #endif
 #define D HEAD_DIM
+#include "15-capstone/fa_bwd_common.cuh"  // store_dk_dv
 #define BC (16 * WARPS)  // keys per block: 16 per warp
 #define DP (D + 8)  // padded rows of the K, V, Q, dO tiles (halves)
 #define BCP (BC + 8)  // padded rows of the dS tile
@@ -183,17 +184,5 @@ flash_attn_bwd_2_mma(int S, float scale, int causal, const __half* __restrict__ 
             }
         }
     }
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-        const int key = k0 + kw + g + 8 * h;
-        if (key >= S) continue;
-#pragma unroll
-        for (int dt = 0; dt < D / 8; dt++) {
-            const size_t i = (head + key) * D + 8 * dt + 2 * t;
-            *reinterpret_cast<__half2*>(dK + i) =
-                __floats2half2_rn(dk[dt][2 * h], dk[dt][2 * h + 1]);
-            *reinterpret_cast<__half2*>(dV + i) =
-                __floats2half2_rn(dv[dt][2 * h], dv[dt][2 * h + 1]);
-        }
-    }
+    store_dk_dv(dK, dV, dk, dv, head, k0 + kw + g, S, t);
 }

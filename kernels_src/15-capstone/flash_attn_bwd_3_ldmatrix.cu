@@ -55,6 +55,7 @@
 #define MIN_BLOCKS 1
 #endif
 #define D HEAD_DIM
+#include "15-capstone/fa_bwd_common.cuh"  // store_dk_dv
 #define THREADS (32 * WARPS)
 #define BC (16 * WARPS)  // keys per block: 16 per warp
 // padded rows (halves): the 8 rows of an ldmatrix matrix start on 8 different groups of
@@ -267,17 +268,5 @@ flash_attn_bwd_3_ldmatrix(int S, float scale, int causal, const __half* __restri
             }
         }
     }
-#pragma unroll
-    for (int h = 0; h < 2; h++) {
-        const int key = k0 + kw + g + 8 * h;
-        if (key >= S) continue;
-#pragma unroll
-        for (int dt = 0; dt < D / 8; dt++) {
-            const size_t i = (head + key) * D + 8 * dt + 2 * t;
-            *reinterpret_cast<__half2*>(dK + i) =
-                __floats2half2_rn(dk[dt][2 * h], dk[dt][2 * h + 1]);
-            *reinterpret_cast<__half2*>(dV + i) =
-                __floats2half2_rn(dv[dt][2 * h], dv[dt][2 * h + 1]);
-        }
-    }
+    store_dk_dv(dK, dV, dk, dv, head, k0 + kw + g, S, t);
 }

@@ -96,14 +96,6 @@ ARCHS = ("sm75", "sm80", "sm90")  # Model's paths: a T4, sm_80+ GPUs, Hopper
 # the attention backward's main kernel per path, where its shared memory fits (Model falls
 # back to version 2 elsewhere; version 3's exceeds a T4's 64 KiB at any head dimension)
 ATTN_BWD = {"sm75": 2, "sm80": 3, "sm90": 3}
-
-
-def smem_optin(info: dict) -> int:
-    """Shared memory a block may opt in to: the emulated or mimicked card's limit, else
-    the GPU's (as chapter 12 reads it)."""
-    if "mimics" in info:
-        return info["mimics"]["max_smem_per_block_optin"]
-    return cudl.xp.cuda.Device().attributes["MaxSharedMemoryPerBlockOptin"]
 # the row-major GEMM of each path, a build of chapter 11's KERNELS: kernel 3 on sm_80+;
 # on a T4 kernel 1 (WMMA, sm_70+), as kernel 3's sm_75 build copies through registers
 # and its ring hides nothing there (which is faster on a T4 is for a T4 to measure)
@@ -344,7 +336,7 @@ class Model:
         self.attn_fwd = ch12.flash_kernel("flash_attn_2_mma", cfg.hd, sm75=sm75)
         info = cudl.device_info()
         self.attn_bwd = ab.main_kernel(attn_bwd or ATTN_BWD[self.arch], cfg.hd, sm75=sm75)
-        if attn_bwd is None and self.attn_bwd.smem > smem_optin(info):
+        if attn_bwd is None and self.attn_bwd.smem > cudl.max_shared_per_block():
             # version 3 at d = 128 needs 112.5 KiB: more than sm_86/89's 99 KiB
             self.attn_bwd = ab.main_kernel(2, cfg.hd, sm75=sm75)
         self.sms = info.get("sms", 4)
@@ -872,9 +864,10 @@ if torch is not None:
     class Twin:
         """The same model in PyTorch (same parameter layout, names and init), the
         reference of the tests and the baseline of the timings. `dtype` float64/float32
-        for references; `autocast` (torch.bfloat16 or torch.float16) for the speed
-        baseline; `fp16_at_book_sites` rounds to fp16 exactly where the book's step does
-        (GEMM and attention operands, the gradients the book casts), to measure what fp16
+        for references; `autocast` (torch.bfloat16, or torch.float16 with a GradScaler
+        that starts at the book's loss scale) for the speed baseline; `fp16_at_book_sites`
+        rounds to fp16 exactly where the book's step does (GEMM and attention operands,
+        the gradients the book casts), to measure what fp16
         alone costs."""
 
         def __init__(self, cfg: Config, params: dict[str, np.ndarray],
@@ -890,6 +883,10 @@ if torch is not None:
             decay = [self.p[n] for n, _, d in param_shapes(cfg) if d]
             rest = [self.p[n] for n, _, d in param_shapes(cfg) if not d]
             self.max_norm = h.max_norm
+            # fp16's range needs the loss scaled (as the book's step does); bf16's not
+            self.scaler = (torch.amp.GradScaler(device.split(":")[0],
+                                                init_scale=h.loss_scale)
+                           if autocast == torch.float16 else None)
             self.opt = torch.optim.AdamW([dict(params=decay, weight_decay=h.weight_decay),
                                           dict(params=rest, weight_decay=0.0)],
                                          lr=h.lr, betas=h.betas, eps=h.eps,
@@ -937,12 +934,18 @@ if torch is not None:
         def forward_backward(self, tokens, targets) -> float:
             self.opt.zero_grad(set_to_none=True)
             loss = self.loss(tokens, targets)
-            loss.backward()
+            (self.scaler.scale(loss) if self.scaler else loss).backward()
             return loss.detach()
 
         def optimizer_step(self) -> Any:
+            if self.scaler:
+                self.scaler.unscale_(self.opt)  # clip the true gradients
             norm = torch.nn.utils.clip_grad_norm_(list(self.p.values()), self.max_norm)
-            self.opt.step()
+            if self.scaler:
+                self.scaler.step(self.opt)  # skipped when a gradient overflowed
+                self.scaler.update()
+            else:
+                self.opt.step()
             return norm
 
         def step(self, tokens, targets) -> Any:

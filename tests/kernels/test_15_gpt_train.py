@@ -497,6 +497,25 @@ def test_loss_and_gradients_match_the_twin(toy, arch):
     assert not bad, f"seed {seed}:\n" + "\n".join(bad)
 
 
+def test_fp16_twin_unscales_before_clipping(toy):
+    """A T4's baseline: the twin under fp16 autocast with PyTorch's GradScaler. The gradient norm it clips is the
+    true one (within 2x of the float32 twin's; a norm of scaled gradients would be 2^12 times larger), and its
+    steps lower the loss of a repeated batch (a scaler that skipped every step would not)."""
+    torch, seed, params, batches = toy
+    x, y = batches.next()
+    t32 = gt.Twin(gt.TOY, params)
+    t32.forward_backward(x, y)
+    n32 = float(t32.optimizer_step())
+    t16 = gt.Twin(gt.TOY, params, autocast=torch.float16)
+    assert t16.scaler is not None and t32.scaler is None
+    first = float(t16.forward_backward(x, y))
+    n16 = float(t16.optimizer_step())
+    assert 0.5 * n32 <= n16 <= 2 * n32, f"seed {seed}: clipped norm {n16:.3g}, the float32 twin's {n32:.3g}"
+    for _ in range(5):
+        last = float(t16.step(x, y))
+    assert last < first, f"seed {seed}: loss {first:.4f} -> {last:.4f} after 6 steps on one batch"
+
+
 def test_training_steps_track_the_twin(toy):
     """Four AdamW steps (clipping active: max_norm below the gradients' norm) on fresh batches: at each step,
     twins built from the book's own parameters (float64, and float64 rounded to fp16 at the book's sites) give
@@ -601,12 +620,14 @@ def test_gpu_check_sections_run_on_the_emulator(toy, monkeypatch):
     x, y = batches.next()
     gpu_check.check(gt.TOY, BATCH, params, x, y, arch=ARCH)
     args = argparse.Namespace(corpus="book", seed=1, eval_batches=1, seconds=1e9, lr=1e-3, warmup=2,
-                              max_steps=3, eval_every=2, split_k=None, arch=ARCH, attn_bwd=None)
+                              max_steps=3, eval_every=2, split_k=None, arch=ARCH, attn_bwd=None,
+                              twin_runs=2)
     gpu_check.train(gt.TOY, BATCH, params, args)
     assert gpu_check.failed == [], gpu_check.failed
     assert gpu_check.results["sections"]["check"]["ok"]
     out = gpu_check.results["sections"]["train"]
     assert out["book"]["steps"] == 3 and out["twin_eager_bf16"]["steps"] == 3
+    assert out["twin_eager_bf16_rerun"]["steps"] == 3
     assert len(out["book"]["val_loss"]) == 3 and all(np.isfinite(v) for _, v in out["book"]["val_loss"])
 
 
@@ -866,3 +887,28 @@ def test_sm75_path_compiles_with_nvrtc12(sm75_kernels):
     if no_crt:
         pytest.skip(f"{len(launched) - len(no_crt)} kernels compiled; {len(no_crt)} ({', '.join(no_crt)}) "
                     "need CUDA 12's crt/ headers (Colab's toolkit has them)")
+
+
+def test_step_gemms_are_the_step_products():
+    """gpu_check's per-shape GEMM table lists the products of a step: their FLOPs add up to the weights' share
+    of gt.step_flops, 6 T (12 L C^2 + V C), and every shape is one that the step's GEMM path takes."""
+    gpu_check = cudl.kernels_module("15-capstone/gpu_check.py")
+    for cfg, batch in ((gt.TOY, 2), (gt.GPT2, 16)):
+        T, C, V, L = batch * cfg.seq, cfg.d, cfg.vocab, cfg.layers
+        rows = gpu_check.step_gemms(cfg, batch)
+        assert sum(2 * M * N * K * n for _, M, N, K, n, _ in rows) == 6 * T * (12 * L * C**2 + V * C)
+        assert sum(w for *_, w in rows) == 4  # the blocks' four weight gradients, split-K's candidates
+        assert len({name for name, *_ in rows}) == len(rows) == 15
+
+
+def test_attention_backward_version_fits_the_card(toy, monkeypatch):
+    """The step takes version 3 of the attention backward where its shared memory fits a block (an H100's 227
+    KiB), version 2 where it does not (the emulator's T4: 64 KiB), and the version asked for in any case."""
+    torch, seed, params, batches = toy
+    if not cudl.on_gpu():
+        assert cudl.max_shared_per_block() == cudl.device_info()["mimics"]["max_smem_per_block_optin"]
+    monkeypatch.setattr(cudl, "max_shared_per_block", lambda: 227 * 1024)
+    assert gt.Model(gt.TOY, BATCH, params, arch=ARCH).attn_bwd.name == "flash_attn_bwd_3_ldmatrix"
+    monkeypatch.setattr(cudl, "max_shared_per_block", lambda: 64 * 1024)
+    assert gt.Model(gt.TOY, BATCH, params, arch=ARCH).attn_bwd.name == "flash_attn_bwd_2_mma"
+    assert gt.Model(gt.TOY, BATCH, params, arch=ARCH, attn_bwd=2).attn_bwd.name == "flash_attn_bwd_2_mma"
