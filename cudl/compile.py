@@ -453,6 +453,13 @@ def _nvrtc(source: str, shown: str, options: list[str], name_expressions: tuple[
            what: str) -> tuple[str, bytes, dict[str, str]]:
     """NVRTC (through cuda-bindings, no GPU needed): (log, the CUBIN or PTX that `binary` names ("cubin", "ptx")
     or b"" (""), lowered names); CompileError on failure."""
+    from .backend import on_gpu
+
+    if on_gpu() and importlib.util.find_spec("torch"):
+        # PyTorch first: torch 2.11 imported after NVRTC has run through cuda.bindings fails to parse its
+        # own operator schemas ("expected ident but found ')'", seen on an H200), so a notebook or test that
+        # compiles a module variable or a T4 build before its first `import torch` would break torch.
+        import torch  # noqa: F401
     from cuda.bindings import nvrtc
 
     text = with_line_directive(source, shown).encode()

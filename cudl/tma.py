@@ -30,7 +30,8 @@ def tensor_map_args(shape: tuple[int, int], strides: tuple[int, int], itemsize: 
 def tensor_map_2d(a: Any, box: tuple[int, int], swizzle_128b: bool = True) -> Any:
     """The 128-byte CUtensorMap of a 2-D fp16 or int8 CuPy array `a` (rows x cols), read in tiles of box =
     (box_rows, box_cols), as a 16-element uint64 CuPy array a kernel takes by pointer. `a` may be a view
-    whose rows are strided, as the column range a[:, k0:k1] of a row-major matrix (tensor_map_args' rules)."""
+    whose rows are strided, as the column range a[:, k0:k1] of a row-major matrix (tensor_map_args' rules).
+    The map is copied to the GPU on the current stream: a kernel launched on another stream must wait for it."""
     import cupy
     from cuda.bindings import driver as cu
 

@@ -527,15 +527,18 @@ class Model:
         bounds = k_slices(K, s, GEMM5_STEP if five else GEMM_STEP)
         if five:
             # s launches on s streams at once: slice 0 on the current stream, the others
-            # beside it
+            # beside it. The launchers first: a new one copies its tensor maps to the GPU
+            # on the current stream, and a slice's stream must wait for that copy too (a
+            # kernel that read a map still in flight faulted with an illegal instruction)
             import cupy
 
+            runs = [self.launcher5(a[:, k0:k1], b[k0:k1], parts[j])
+                    for j, (k0, k1) in enumerate(bounds)]
             main = cupy.cuda.get_current_stream()
             self.events[0].record(main)
             for st in self.streams[:s - 1]:
                 st.wait_event(self.events[0])
-            for j, (k0, k1) in enumerate(bounds):
-                run = self.launcher5(a[:, k0:k1], b[k0:k1], parts[j])
+            for j, run in enumerate(runs):
                 if j == 0:
                     run()
                     continue
