@@ -98,11 +98,7 @@ def shown_kernel_files() -> list[Path]:
 
 # Wide lines that wait for their notebooks' next GPU run: breaking one changes the file, which makes every
 # notebook that uses it stale (cudl.nbtools code_hash). Each entry must go when its line is fixed.
-KNOWN_WIDE: dict[str, str] = {
-    # a comment line of 92 columns, found after chapter 15's GPU run of 2026-11-29 had spent the session's
-    # GPU time: rewrap it when chapter 15 and solution 15 next run on a GPU
-    "kernels_src/15-capstone/fa_bwd_common.cuh:7": "chapter 15 and solution 15",
-}
+KNOWN_WIDE: dict[str, str] = {}
 # The same for a whole file: every wide line of it waits (the entry must go when none is left).
 KNOWN_WIDE_FILES: dict[str, str] = {}
 

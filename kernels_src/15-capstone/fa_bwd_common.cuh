@@ -4,8 +4,8 @@
 #include <cuda_fp16.h>
 
 // The end of a block: a lane's share of its warp's dK and dV, fp32 mma.sync accumulators
-// (the lane's keys key0 and key0 + 8, columns 2t and 2t + 1 of each 8-column tile), rounded
-// to fp16 and stored two columns at a time; keys past S are not stored.
+// (the lane's keys key0 and key0 + 8, columns 2t and 2t + 1 of each 8-column tile),
+// rounded to fp16 and stored two columns at a time; keys past S are not stored.
 __device__ __forceinline__ void store_dk_dv(__half* dK, __half* dV, const float (*dk)[4],
                                             const float (*dv)[4], size_t head, int key0,
                                             int S, int t) {
