@@ -45,12 +45,13 @@ def log2_axis(axis: Any) -> None:
     axis.set_minor_formatter(NullFormatter())
 
 
-def legend_below(ax: Any) -> None:
-    """The legend under the axes and their x label, where it cannot cover bars, labels or lines."""
+def legend_below(ax: Any, source: Any = None) -> None:
+    """The legend under the axes and their x label, where it cannot cover bars, labels or lines; with
+    `source`, of the lines of those axes (the legend of a figure's panels under its bottom panel)."""
     # anchored at the bottom edge of the axes, pushed down by a fixed distance in font sizes
     # (tick labels + x label, ~34 pt), whatever the height of the axes
-    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, 0), borderaxespad=4.3, ncol=2,
-              frameon=False)
+    ax.legend(*(source or ax).get_legend_handles_labels(), fontsize=8, loc="upper center",
+              bbox_to_anchor=(0.5, 0), borderaxespad=4.3, ncol=2, frameon=False)
 
 
 def roofline(points: Sequence[Timing], *, compute: str = "fp32", ax: Any = None) -> Any:

@@ -447,7 +447,8 @@ def train(cfg: gt.Config, batch: int, params: dict, args) -> None:
             out["last20_train_loss"].update(twin_rerun=rerun, twin_spread=abs(rerun - t_end) / t_end)
         log(f"mean train loss of steps {n - 20}-{n - 1}: book {b_end:.4f}, twin "
             + ", ".join(f"{v:.4f}" for v in end.values())
-            + f" ({100 * abs(b_end - t_end) / t_end:.2f}% apart); held-out: book {vals[-1][1]:.4f}, twin "
+            + f" ({100 * abs(b_end - t_end) / t_end:.2f}% apart)")
+        log(f"held-out loss: book {vals[-1][1]:.4f}, twin "
             + ", ".join(f"{out[k]['val_loss'][-1][1]:.4f}" for k in runs))
     results["sections"]["train"] = out
 
