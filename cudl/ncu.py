@@ -223,7 +223,7 @@ def _why_not(output: str, rc: int) -> str:
     if "ERR_NVGPUCTRPERM" in output:
         return ("cudl.ncu: this machine does not let your user read the GPU's performance counters "
                 "(ERR_NVGPUCTRPERM, as on Colab), so Nsight Compute cannot measure here; the stored outputs "
-                "show what it reports on an H100.")
+                "show what it reports on the GPU named at the top of the page.")
     if "No kernels were profiled" in output:
         return ("cudl.ncu: Nsight Compute profiled no kernel: check that `kernel` names a kernel the snippet "
                 "launches, and that launch_skip is smaller than the number of its launches.")
@@ -253,12 +253,13 @@ def ncu(code: str, kernel: str, metrics: Sequence[str] = (), launch_skip: int = 
     """
     if not on_gpu():
         print("cudl.ncu: skipped on the CPU emulator: Nsight Compute reads the hardware counters of a real "
-              "GPU; the stored outputs show what it reports on an H100.")
+              "GPU; the stored outputs show what it reports on the GPU named at the top of the page.")
         return None
     binary = _ncu_binary()
     if binary is None:
         print("cudl.ncu: Nsight Compute (`ncu`) is not installed or not on PATH here; install the CUDA "
-              "toolkit's nsight-compute to run it, or read the stored outputs from an H100.")
+              "toolkit's nsight-compute to run it, or read the stored outputs (from the GPU named at the top of "
+              "the page).")
         return None
     names, labels = _resolve_metrics(metrics)
     root = str(Path(__file__).resolve().parent.parent)
