@@ -87,7 +87,8 @@ def gemm_w4a16(wq, ws, x, y, group: int = GROUP, splits: int | None = None, sour
     d = {o[2:].split("=")[0]: int(o.split("=")[1]) for o in opts}
     mt, warps, unroll = d["MT"], d["WARPS"], d["UNROLL"]
     if splits is None:
-        splits = default_splits(N, K, mt, warps, unroll, cudl.device_info()["sms"])
+        info = cudl.device_info()  # the emulator gives the SMs of the GPU it mimics
+        splits = default_splits(N, K, mt, warps, unroll, info.get("sms") or info["mimics"]["sms"])
     if not 1 <= splits <= K // CHUNK:
         raise ValueError(f"splits={splits}: between 1 and K / {CHUNK} = {K // CHUNK}")
     k = cudl.load(source or f"{D}/gemm_w4a16_mma.cu", "gemm_w4a16_mma", options=opts)
