@@ -175,6 +175,9 @@ def setup() -> None:
         print(problem)
 
 
+GLUE_MARKDOWN = "`"  # a glued text holding this is Markdown too (a sentence that names `long_scoreboard`)
+
+
 def glue(name: str, value: Any, fmt: str = "") -> None:
     """Store a computed value (formatted with `fmt`) so the prose can cite it as {glue:}`name`.
 
@@ -184,7 +187,10 @@ def glue(name: str, value: Any, fmt: str = "") -> None:
 
     text = format(value, fmt) if fmt else str(value)
     prefix = "application/papermill.record/"  # hidden in the notebook, read by Jupyter Book
-    display({prefix + "text/plain": text}, raw=True, metadata={"scrapbook": {"name": name, "mime_prefix": prefix}})
+    data = {prefix + "text/plain": text}
+    if GLUE_MARKDOWN in text:  # code spans: {glue:} renders text/markdown as inline Markdown, text/plain literally
+        data[prefix + "text/markdown"] = text
+    display(data, raw=True, metadata={"scrapbook": {"name": name, "mime_prefix": prefix}})
 
 
 def span(values: Any, fmt: str = ".0f") -> str:

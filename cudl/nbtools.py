@@ -298,6 +298,7 @@ def sync(root: Path = ROOT) -> None:
             old = nbformat.read(ipynb, as_version=4)
             nb = combine_inputs_with_outputs(nb, old, fmt="md:myst")  # returns a new notebook
             nb.metadata["cudl"] = old.metadata.get("cudl", {})
+            glue_markdown(nb)
         nb.metadata.setdefault("cudl", {})["slug"] = md.stem
         nb.metadata["jupytext"] = {"formats": "ipynb,md:myst"}
         _write_ipynb(nb, ipynb)
@@ -305,6 +306,23 @@ def sync(root: Path = ROOT) -> None:
             (root / "exercises").mkdir(exist_ok=True)
             _write_ipynb(exercise_from_solution(nb), root / "exercises" / ipynb.name)
         print(f"synced {ipynb.relative_to(root)}")
+
+
+def glue_markdown(nb: Any) -> int:
+    """Give every glued text that holds a code span its text/markdown twin, as cudl.glue now stores it (a run
+    stored before 2026-11-29 has text/plain only, which the site shows with its backticks). The same value in
+    a second type: not a new measurement. Returns how many outputs it changed."""
+    from .env import GLUE_MARKDOWN
+
+    changed = 0
+    for cell in nb.cells:
+        for out in cell.get("outputs", []) if cell.cell_type == "code" else []:
+            prefix = out.get("metadata", {}).get("scrapbook", {}).get("mime_prefix")
+            text = out.get("data", {}).get(f"{prefix}text/plain") if prefix else None
+            if isinstance(text, str) and GLUE_MARKDOWN in text and f"{prefix}text/markdown" not in out["data"]:
+                out["data"][f"{prefix}text/markdown"] = text
+                changed += 1
+    return changed
 
 
 # ------------------------------------------------------------------------------ check
@@ -333,6 +351,9 @@ def problems(root: Path = ROOT) -> list[str]:
         if stamp.get("code_hash") and not has_outputs(nb):
             out.append(f"{rel} was executed on {stamp.get('executed_on')} but stores no outputs: restore them "
                        f"(git checkout) or re-execute on a GPU with `make execute`")
+        if glue_markdown(nb):
+            out.append(f"{rel}: a glued text with a code span has no text/markdown (the site would show its "
+                       "backticks): run `make sync`")
         if has_outputs(nb) and stamp.get("code_hash") != (now := code_hash(nb, md.stem, root)):
             out.append(f"{rel}: stored outputs were produced by other code (hash {stamp.get('code_hash')}, "
                        f"now {now}): re-execute on a GPU with `make execute`")

@@ -486,6 +486,24 @@ def test_every_table_is_rendered(page: str) -> None:
     assert not raw, f"{page}: Markdown table source shown as text:\n" + "\n".join(raw)
 
 
+_RAW_CODE_SPAN = re.compile(r"`[^`\n]{1,80}`")
+
+
+def test_raw_code_span_is_caught() -> None:
+    assert _RAW_CODE_SPAN.search(_visible_text("<p>the top stall is `long_scoreboard` here</p>"))
+    assert not _RAW_CODE_SPAN.search(_visible_text("<p>the top stall is <code>long_scoreboard</code></p>"
+                                                   "<pre>x = `y`</pre>"))
+
+
+@pytest.mark.parametrize("page", PAGES or [pytest.param("", marks=pytest.mark.skip(reason="the book is not built"))])
+def test_no_code_span_shown_with_its_backticks(page: str) -> None:
+    """Prose shows code as code: a glued sentence stored as text/plain only reached the site with its backticks
+    (cudl.glue now stores a text/markdown twin, and `make sync` adds it to older runs)."""
+    text = _visible_text((HTML / page).read_text(errors="replace"))
+    raw = [text[max(0, m.start() - 50):m.end() + 20].strip() for m in _RAW_CODE_SPAN.finditer(text)]
+    assert not raw, f"{page}: Markdown code spans shown as text:\n" + "\n".join(raw)
+
+
 # A definition list whose term starts with "%" loses the term (MyST reads the line as a comment, "% of
 # ceiling" on the Scoreboard did): the definition is then a paragraph that starts with ": ".
 _LOST_TERM = re.compile(r"<p>\s*:\s")

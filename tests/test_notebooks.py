@@ -184,3 +184,31 @@ def test_nbval_refuses_an_unsolved_exercise(tmp_path):
     name = nbtools.graded_name(nb.cells[-1])
     assert re.search(r"^1 failed, \d+ passed", proc.stdout, re.M) and f"NotPassed: {name}: FAIL" in proc.stdout, \
         proc.stdout[-3000:]
+
+
+def test_glued_code_spans_render_as_markdown(monkeypatch):
+    """A glued sentence that names `long_scoreboard` must reach the site as Markdown: {glue:} shows text/plain
+    literally, backticks and all. cudl.glue stores the twin; nbtools.glue_markdown adds it to older runs."""
+    import IPython.display
+    import nbformat
+
+    import cudl
+
+    shown = []
+    monkeypatch.setattr(IPython.display, "display", lambda data, **kw: shown.append((data, kw)))
+    cudl.glue("plain", 1.5, ".2f")
+    cudl.glue("code", "the top stall is `long_scoreboard`")
+    prefix = "application/papermill.record/"
+    assert set(shown[0][0]) == {prefix + "text/plain"} and shown[0][0][prefix + "text/plain"] == "1.50"
+    assert shown[1][0][prefix + "text/markdown"] == shown[1][0][prefix + "text/plain"]
+
+    def output(text):
+        return nbformat.v4.new_output("display_data", data={prefix + "text/plain": text},
+                                      metadata={"scrapbook": {"name": "x", "mime_prefix": prefix}})
+
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+        "x", outputs=[output("see `k`"), output("2.0"), nbformat.v4.new_output("stream", text="`not glue`")])])
+    assert nbtools.glue_markdown(nb) == 1
+    first, second = (o["data"] for o in nb.cells[0].outputs[:2])
+    assert first[prefix + "text/markdown"] == "see `k`" and prefix + "text/markdown" not in second
+    assert nbtools.glue_markdown(nb) == 0  # once
