@@ -308,21 +308,26 @@ def sync(root: Path = ROOT) -> None:
         print(f"synced {ipynb.relative_to(root)}")
 
 
-def glue_markdown(nb: Any) -> int:
-    """Give every glued text that holds a code span its text/markdown twin, as cudl.glue now stores it (a run
-    stored before 2026-11-29 has text/plain only, which the site shows with its backticks). The same value in
-    a second type: not a new measurement. Returns how many outputs it changed."""
+def _glue_without_markdown(nb: Any) -> Any:
+    """(output data, key, text) of every glued text that holds a code span but has no text/markdown twin."""
     from .env import GLUE_MARKDOWN
 
-    changed = 0
     for cell in nb.cells:
         for out in cell.get("outputs", []) if cell.cell_type == "code" else []:
             prefix = out.get("metadata", {}).get("scrapbook", {}).get("mime_prefix")
             text = out.get("data", {}).get(f"{prefix}text/plain") if prefix else None
             if isinstance(text, str) and GLUE_MARKDOWN in text and f"{prefix}text/markdown" not in out["data"]:
-                out["data"][f"{prefix}text/markdown"] = text
-                changed += 1
-    return changed
+                yield out["data"], f"{prefix}text/markdown", text
+
+
+def glue_markdown(nb: Any) -> int:
+    """Give every glued text that holds a code span its text/markdown twin, as cudl.glue now stores it (a run
+    stored before 2026-11-29 has text/plain only, which the site shows with its backticks). The same value in
+    a second type: not a new measurement. Returns how many outputs it changed."""
+    missing = list(_glue_without_markdown(nb))
+    for data, key, text in missing:
+        data[key] = text
+    return len(missing)
 
 
 # ------------------------------------------------------------------------------ check
@@ -351,7 +356,7 @@ def problems(root: Path = ROOT) -> list[str]:
         if stamp.get("code_hash") and not has_outputs(nb):
             out.append(f"{rel} was executed on {stamp.get('executed_on')} but stores no outputs: restore them "
                        f"(git checkout) or re-execute on a GPU with `make execute`")
-        if glue_markdown(nb):
+        if any(_glue_without_markdown(nb)):
             out.append(f"{rel}: a glued text with a code span has no text/markdown (the site would show its "
                        "backticks): run `make sync`")
         if has_outputs(nb) and stamp.get("code_hash") != (now := code_hash(nb, md.stem, root)):

@@ -19,39 +19,25 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .backend import on_gpu
-from .compile import include_options, resolve, with_line_directive
+from .compile import _nvrtc, resolve
 
 
 def _cubin(source: str, shown: str, arch: str, options: Sequence[str]) -> bytes:
-    from cuda.bindings import nvrtc
-
-    from .errors import CompileError
-
-    err, prog = nvrtc.nvrtcCreateProgram(with_line_directive(source, shown).encode(), shown.encode(), 0, [], [])
-    try:
-        opts = [f"-arch={arch}", "-std=c++17", *options, *include_options()]
-        (err,) = nvrtc.nvrtcCompileProgram(prog, len(opts), [o.encode() for o in opts])
-        if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
-            raise CompileError(f"{shown} does not compile for {arch}")
-        _, size = nvrtc.nvrtcGetCUBINSize(prog)
-        buf = b" " * size
-        nvrtc.nvrtcGetCUBIN(prog, buf)
-        return buf
-    finally:
-        nvrtc.nvrtcDestroyProgram(prog)
+    # the NVRTC compile that cudl.compile does (its include path, its errors with the .cu line)
+    return _nvrtc(source, shown, [f"-arch={arch}", "-std=c++17", *options], (), "cubin", f"for {arch}")[1]
 
 
 def sass(file_or_source: str, kernel: str, *, options: Sequence[str] = ()) -> str | None:
     """SASS of `kernel` (an extern "C" name) compiled for this GPU; None, with a sentence, where unavailable."""
     if not on_gpu():
         print("cudl.sass: skipped on the CPU emulator: SASS is the machine code of a real GPU; the stored "
-              "outputs show it for an H100.")
+              "outputs show it for the GPU named at the top of the page.")
         return None
     tool = shutil.which("cuobjdump") or next(
         (str(p) for p in (Path("/usr/local/cuda/bin/cuobjdump"),) if p.is_file()), None)
     if tool is None:
         print("cudl.sass: `cuobjdump` (CUDA toolkit) is not installed here; the stored outputs show the SASS "
-              "for an H100.")
+              "for the GPU named at the top of the page.")
         return None
     from .env import device_info
 

@@ -141,13 +141,7 @@ def main() -> None:
         pipe.flush()
 
     try:
-        import cudl
-
-        # On a GPU, PyTorch first, as in a notebook (cudl.setup): imported after NVRTC has run through
-        # cuda.bindings (Kernel.module_variables), torch 2.11 failed to parse its own operator schemas on an
-        # H200. (The emulator's grading never imports torch: the import would cost every child a second.)
-        if cudl.on_gpu():
-            cudl.device_info()
+        # PyTorch is imported before NVRTC runs through cuda.bindings (module variables): cudl.compile._nvrtc
         grade(job["name"], job["source"], send, speed=job.get("speed", False))
     except Exception:  # a bug outside the student's kernel: report it rather than die silently
         send("error", (-1, traceback.format_exc(limit=5)))
