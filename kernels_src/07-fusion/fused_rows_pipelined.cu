@@ -16,24 +16,44 @@
 // row is in flight, instead of loading them after the reductions of every row.
 // Launched with grid = rows, a block does one row: then only that change remains, which
 // lets the chapter measure the two changes one at a time.
-// Launch: blockDim.x a multiple of 32, at most 1024, with cols <= N * blockDim.x; grid =
+// Launch: blockDim.x a multiple of 32, at most ROW_THREADS (1024 unless the build sets
+// it), with cols <= N * blockDim.x; grid =
 // rows, or as many blocks as fit on the GPU at once; dynamic shared memory
 // 2 * cols * sizeof(T) bytes for LayerNorm (w and b), cols * sizeof(T) for RMSNorm.
 // Limit: the copy bandwidth, 2 * sizeof(T) bytes per element.
 #include "07-fusion/fused_rows.cu"  // Pack, to_float, vectorizable, column, block_all
 
+// The launch bounds of a build: blocks of at most ROW_THREADS threads, ROW_BLOCKS of them
+// resident per SM, so the compiler keeps each thread within 65,536 / (ROW_THREADS *
+// ROW_BLOCKS) registers. By default (1024, 1) it may use 64, and at 64 an SM holds 1,024
+// threads: with 16-bit values that is half the bytes in flight of float rows. A build
+// for 256-thread blocks, 8 per SM, gets 32 registers and 2,048 threads.
+#ifndef ROW_THREADS
+#define ROW_THREADS MAX_THREADS
+#endif
+#ifndef ROW_BLOCKS
+#define ROW_BLOCKS 1
+#endif
+
 // Issue the loads of this thread's N values of row r into raw packs. Nothing waits here:
 // the registers fill when the data arrives, and the first instruction that reads them
 // waits.
-template <typename T, int N>
+// FULL: a full row (vectorized, cols == N * blockDim.x), whose every value is inside it:
+// the kernels are compiled twice, and the full rows' copy has no column checks at all.
+template <bool B>
+struct Full {
+    static constexpr bool value = B;
+};
+
+template <typename T, int N, bool FULL>
 __device__ __forceinline__ void load_raw(const T* __restrict__ r, int cols, bool vec,
                                          Pack<T> (&raw)[N * sizeof(T) / 16]) {
     constexpr int V = 16 / sizeof(T);
-    if (vec) {
+    if (FULL || vec) {
 #pragma unroll
         for (int p = 0; p < N / V; ++p) {
             const int c = (p * blockDim.x + threadIdx.x) * V;
-            if (c < cols) {
+            if (FULL || c < cols) {
                 raw[p] = *reinterpret_cast<const Pack<T>*>(r + c);
             }
         }
@@ -49,25 +69,31 @@ __device__ __forceinline__ void load_raw(const T* __restrict__ r, int cols, bool
 }
 
 // v[i] = value i as float, or `pad` past the end of the row (column() of fused_rows.cu).
-template <typename T, int N>
+template <typename T, int N, bool FULL>
 __device__ __forceinline__ void unpack(const Pack<T> (&raw)[N * sizeof(T) / 16], int cols,
                                        bool vec, float (&v)[N], float pad) {
     constexpr int V = 16 / sizeof(T);
 #pragma unroll
     for (int i = 0; i < N; ++i) {
-        v[i] = column<T>(i, cols, vec) >= 0 ? to_float(raw[i / V].v[i % V]) : pad;
+        v[i] = FULL || column<T>(i, cols, vec) >= 0 ? to_float(raw[i / V].v[i % V]) : pad;
     }
 }
 
-template <typename T, int N>
+// Whether value i of this thread is inside the row (always, in a full row).
+template <typename T, bool FULL>
+__device__ __forceinline__ bool inside(int i, int cols, bool vec) {
+    return FULL || column<T>(i, cols, vec) >= 0;
+}
+
+template <typename T, int N, bool FULL>
 __device__ __forceinline__ void store_values(T* __restrict__ r, int cols, bool vec,
                                              const float (&v)[N]) {
     constexpr int V = 16 / sizeof(T);
-    if (vec) {
+    if (FULL || vec) {
 #pragma unroll
         for (int p = 0; p < N / V; ++p) {
             const int c = (p * blockDim.x + threadIdx.x) * V;
-            if (c < cols) {
+            if (FULL || c < cols) {
                 Pack<T> pk;
 #pragma unroll
                 for (int k = 0; k < V; ++k) {
@@ -89,18 +115,18 @@ __device__ __forceinline__ void store_values(T* __restrict__ r, int cols, bool v
 
 // The loop of the three kernels. Block b handles rows b, b + G, b + 2G, ... (G =
 // gridDim.x). ahead[d] holds a row in flight; when row r is taken out of it, the loads
-// of row r + D G go into it, before op(v, r) reduces and stores row r. setup() runs
-// once, while the block's first rows are in flight.
-template <typename T, int N, int D, class Setup, class RowOp>
-__device__ __forceinline__ void walk_rows(const T* __restrict__ x, int rows, int cols,
-                                          bool vec, float pad, Setup setup, RowOp op) {
+// of row r + D G go into it, before op(full, v, r) reduces and stores row r. setup()
+// runs once, while the block's first rows are in flight.
+template <typename T, int N, int D, bool FULL, class Setup, class RowOp>
+__device__ __forceinline__ void walk(const T* __restrict__ x, int rows, int cols,
+                                     bool vec, float pad, Setup setup, RowOp op) {
     Pack<T> ahead[D][N * sizeof(T) / 16];
     const long long step = gridDim.x;  // rows between a block's consecutive rows
 #pragma unroll
     for (int d = 0; d < D; ++d) {
         const long long r = blockIdx.x + d * step;
         if (r < rows) {
-            load_raw<T, N>(x + r * cols, cols, vec, ahead[d]);
+            load_raw<T, N, FULL>(x + r * cols, cols, vec, ahead[d]);
         }
     }
     setup();
@@ -112,23 +138,40 @@ __device__ __forceinline__ void walk_rows(const T* __restrict__ x, int rows, int
                 break;
             }
             float v[N];
-            unpack<T, N>(ahead[d], cols, vec, v, pad);  // waits for row r's loads
+            unpack<T, N, FULL>(ahead[d], cols, vec, v, pad);  // waits for row r's loads
             if (r + D * step < rows) {
-                load_raw<T, N>(x + (r + D * step) * cols, cols, vec, ahead[d]);
+                load_raw<T, N, FULL>(x + (r + D * step) * cols, cols, vec, ahead[d]);
             }
-            op(v, r);
+            op(Full<FULL>(), v, r);
         }
+    }
+}
+
+// Full rows take the copy of the loop without column checks: every check costs
+// instructions per value (an index, a compare, a select), in every row, although its
+// answer is the same for every row (the chapter counts them with Nsight Compute).
+#ifndef FULL_COPY  // 0: full rows take the checked copy too (the chapter times both)
+#define FULL_COPY 1
+#endif
+template <typename T, int N, int D, class Setup, class RowOp>
+__device__ __forceinline__ void walk_rows(const T* __restrict__ x, int rows, int cols,
+                                          bool vec, float pad, Setup setup, RowOp op) {
+    if (FULL_COPY && vec && cols == N * static_cast<int>(blockDim.x)) {
+        walk<T, N, D, true>(x, rows, cols, vec, pad, setup, op);
+    } else {
+        walk<T, N, D, false>(x, rows, cols, vec, pad, setup, op);
     }
 }
 
 // ------------------------------------------------------------------ softmax, version 4
 
 template <typename T, int N, int D>
-__global__ void __launch_bounds__(MAX_THREADS)
+__global__ void __launch_bounds__(ROW_THREADS, ROW_BLOCKS)
 softmax_pipelined(const T* __restrict__ x, T* __restrict__ y, int rows, int cols) {
     __shared__ float scratch[WARP_SIZE];
     const bool vec = vectorizable<T>(x, cols) && vectorizable<T>(y, cols);
-    const auto row_op = [&](float (&v)[N], long long row) {
+    const auto row_op = [&](auto full, float (&v)[N], long long row) {
+        constexpr bool FULL = decltype(full)::value;
         float m = NEG_INF;
 #pragma unroll
         for (int i = 0; i < N; ++i) {
@@ -146,7 +189,7 @@ softmax_pipelined(const T* __restrict__ x, T* __restrict__ y, int rows, int cols
         for (int i = 0; i < N; ++i) {
             v[i] *= inv;
         }
-        store_values<T, N>(y + row * cols, cols, vec, v);
+        store_values<T, N, FULL>(y + row * cols, cols, vec, v);
     };
     // padding: -inf, so exp() makes it 0
     walk_rows<T, N, D>(x, rows, cols, vec, NEG_INF, [] {}, row_op);
@@ -182,15 +225,15 @@ __device__ __forceinline__ void stash(const T* __restrict__ g, T* s, int cols, b
 }
 
 // v[i] = v[i] * w[column] (+ b[column] when b is not null), w and b in shared memory.
-template <typename T, int N>
+template <typename T, int N, bool FULL>
 __device__ __forceinline__ void scale_shift_shared(float (&v)[N], const T* w, const T* b,
                                                    int cols, bool vec) {
     constexpr int V = 16 / sizeof(T);
-    if (vec) {
+    if (FULL || vec) {
 #pragma unroll
         for (int p = 0; p < N / V; ++p) {
             const int c = (p * blockDim.x + threadIdx.x) * V;
-            if (c < cols) {
+            if (FULL || c < cols) {
                 const Pack<T> wp = *reinterpret_cast<const Pack<T>*>(w + c);
                 Pack<T> bp = wp;
                 if (b != nullptr) {
@@ -215,7 +258,7 @@ __device__ __forceinline__ void scale_shift_shared(float (&v)[N], const T* w, co
 }
 
 template <typename T, int N, int D>
-__global__ void __launch_bounds__(MAX_THREADS)
+__global__ void __launch_bounds__(ROW_THREADS, ROW_BLOCKS)
 layernorm_pipelined(const T* __restrict__ x, const T* __restrict__ w,
                     const T* __restrict__ b, T* __restrict__ y,
                     float* __restrict__ mean, float* __restrict__ rstd,
@@ -230,7 +273,8 @@ layernorm_pipelined(const T* __restrict__ x, const T* __restrict__ w,
         stash<T, N>(w, ws, cols, vec);
         stash<T, N>(b, bs, cols, vec);
     };
-    const auto row_op = [&](float (&v)[N], long long row) {
+    const auto row_op = [&](auto full, float (&v)[N], long long row) {
+        constexpr bool FULL = decltype(full)::value;
         float s = 0.0f;
 #pragma unroll
         for (int i = 0; i < N; ++i) {
@@ -241,7 +285,7 @@ layernorm_pipelined(const T* __restrict__ x, const T* __restrict__ w,
 #pragma unroll
         for (int i = 0; i < N; ++i) {
             // padding is not part of the row
-            const float d = column<T>(i, cols, vec) >= 0 ? v[i] - mu : 0.0f;
+            const float d = inside<T, FULL>(i, cols, vec) ? v[i] - mu : 0.0f;
             q += d * d;
         }
         const float r = rsqrtf(block_all<Sum>(q, scratch) / cols + eps);
@@ -249,8 +293,8 @@ layernorm_pipelined(const T* __restrict__ x, const T* __restrict__ w,
         for (int i = 0; i < N; ++i) {
             v[i] = (v[i] - mu) * r;
         }
-        scale_shift_shared<T, N>(v, ws, bs, cols, vec);
-        store_values<T, N>(y + row * cols, cols, vec, v);
+        scale_shift_shared<T, N, FULL>(v, ws, bs, cols, vec);
+        store_values<T, N, FULL>(y + row * cols, cols, vec, v);
         if (threadIdx.x == 0) {
             mean[row] = mu;
             rstd[row] = r;
@@ -260,7 +304,7 @@ layernorm_pipelined(const T* __restrict__ x, const T* __restrict__ w,
 }
 
 template <typename T, int N, int D>
-__global__ void __launch_bounds__(MAX_THREADS)
+__global__ void __launch_bounds__(ROW_THREADS, ROW_BLOCKS)
 rmsnorm_pipelined(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y,
                   float* __restrict__ rstd, int rows, int cols, float eps) {
     __shared__ float scratch[WARP_SIZE];
@@ -269,7 +313,8 @@ rmsnorm_pipelined(const T* __restrict__ x, const T* __restrict__ w, T* __restric
     const bool vec = vectorizable<T>(x, cols) && vectorizable<T>(y, cols) &&
                      vectorizable<T>(w, cols);
     const auto setup = [&] { stash<T, N>(w, ws, cols, vec); };
-    const auto row_op = [&](float (&v)[N], long long row) {
+    const auto row_op = [&](auto full, float (&v)[N], long long row) {
+        constexpr bool FULL = decltype(full)::value;
         float q = 0.0f;
 #pragma unroll
         for (int i = 0; i < N; ++i) {
@@ -280,8 +325,8 @@ rmsnorm_pipelined(const T* __restrict__ x, const T* __restrict__ w, T* __restric
         for (int i = 0; i < N; ++i) {
             v[i] *= r;
         }
-        scale_shift_shared<T, N>(v, ws, static_cast<const T*>(nullptr), cols, vec);
-        store_values<T, N>(y + row * cols, cols, vec, v);
+        scale_shift_shared<T, N, FULL>(v, ws, static_cast<const T*>(nullptr), cols, vec);
+        store_values<T, N, FULL>(y + row * cols, cols, vec, v);
         if (threadIdx.x == 0) {
             rstd[row] = r;
         }

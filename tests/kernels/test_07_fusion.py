@@ -182,7 +182,8 @@ def threads_n(cols: int, n: int) -> int:
 # grid = rows: one row per block (no row is loaded ahead); 2 and 3 blocks: each block walks several rows with
 # D of them in flight, and rows % blocks != 0 for most shapes, so blocks end after different numbers of rows
 PIPE_GRIDS = (None, 2, 3)
-PIPE_SHAPES = [(1, 1), (3, 33), (5, 1000), (5, 4099)]
+# (4, 1024): a full row for every N (cols == N * threads, vectorized): the kernels' copy without column checks
+PIPE_SHAPES = [(1, 1), (3, 33), (5, 1000), (4, 1024), (5, 4099)]
 PIPE_CONFIGS = [(8, 1), (8, 2), (16, 1), (16, 2)]  # (N values per thread, D rows in flight per block)
 
 
