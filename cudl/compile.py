@@ -131,6 +131,13 @@ def includes_digest(source: str, shown: str, root: Path | None = None) -> str:
     return h.hexdigest()[:16] if files else ""
 
 
+# Options of every NVRTC compile besides the caller's. NVRTC compiles device code only, so a function without
+# __device__ can only be meant for the GPU: -default-device says so. Without it NVRTC 12 (Colab's CUDA) takes the
+# call operator of a generic lambda inside a kernel template for a host function and refuses the instantiation
+# (chapter 7's fused_rows_pipelined.cu); NVRTC 13 accepts it either way.
+NVRTC_OPTIONS = ("-default-device",)
+
+
 def include_options() -> list[str]:
     """-I options of every NVRTC compile: kernels_src/ (shared headers), then a CUDA toolkit's headers."""
     return [f"-I{KERNELS_DIR}", *(f"-I{d}" for d in cuda_include_dirs())]
@@ -467,7 +474,7 @@ def _nvrtc(source: str, shown: str, options: list[str], name_expressions: tuple[
     try:
         for expr in name_expressions:
             nvrtc.nvrtcAddNameExpression(prog, expr.encode())
-        opts = [*options, *include_options()]
+        opts = [*options, *NVRTC_OPTIONS, *include_options()]
         (err,) = nvrtc.nvrtcCompileProgram(prog, len(opts), [o.encode() for o in opts])
         _, size = nvrtc.nvrtcGetProgramLogSize(prog)
         log = b" " * size

@@ -12,6 +12,7 @@ import numpy as np
 from . import backend as _backend
 from . import mimicry
 from .compile import (
+    NVRTC_OPTIONS,
     Param,
     format_log,
     global_vars,
@@ -265,7 +266,8 @@ def _gpu_module(source: str, shown: str, options: tuple[str, ...], names: tuple[
     # CuPy caches binaries by source text and options only: the hash of the included headers, in a comment
     # after the last line, makes an edited header compile anew.
     code = with_line_directive(source, shown) + (f"\n// cudl: includes {includes}\n" if includes else "")
-    mod = cupy.RawModule(code=code, options=("-std=c++17", *options, *extra), name_expressions=names or None)
+    mod = cupy.RawModule(code=code, options=("-std=c++17", *options, *NVRTC_OPTIONS, *extra),
+                         name_expressions=names or None)
     try:
         mod.compile()
     except cupy.cuda.compiler.CompileException as exc:

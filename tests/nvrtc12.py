@@ -11,7 +11,7 @@ import functools
 import importlib.util
 from pathlib import Path
 
-from cudl.compile import KERNELS_DIR, format_log, with_line_directive
+from cudl.compile import KERNELS_DIR, NVRTC_OPTIONS, format_log, with_line_directive
 from cudl.errors import CompileError
 
 
@@ -66,7 +66,7 @@ def compile_cubin(source: str, shown: str, arch: str = "sm_75", options: tuple[s
             lib.nvrtcAddNameExpression(prog, expr.encode())
         inc = include_dir()
         # kernels_src/ for shared headers (#include "11-tensor-cores/tc_ptx.cuh"), as cudl.load passes it
-        opts = [o.encode() for o in (f"-arch={arch}", "-std=c++17", *options, f"-I{KERNELS_DIR}",
+        opts = [o.encode() for o in (f"-arch={arch}", "-std=c++17", *options, *NVRTC_OPTIONS, f"-I{KERNELS_DIR}",
                                      *([f"-I{inc}"] if inc else []))]
         err = lib.nvrtcCompileProgram(prog, len(opts), (ctypes.c_char_p * len(opts))(*opts))
         size = ctypes.c_size_t()
