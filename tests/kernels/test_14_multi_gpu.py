@@ -145,6 +145,43 @@ def test_overlap_from_trace(tmp_path):
     assert got["overlap"] == pytest.approx(0.35)
 
 
+
+def test_step_anatomy():
+    """ddp_anatomy.step_anatomy on a hand-made trace of two steps: per step, a forward kernel, a backward
+    GEMM alone (50 us), the same GEMM beside an all-reduce (100 us), a second all-reduce after the
+    backward (40 us) and the optimizer; the all-reduces of 2 MB, 20 us alone by the NCCL rows given."""
+    sys.path.insert(0, str(HERE))
+    from ddp_anatomy import step_anatomy
+
+    def kernel(name, ts, dur, **args):
+        return {"cat": "kernel", "name": name, "ts": ts, "dur": dur, "args": args}
+
+    def mark(name, ts, dur):
+        return {"cat": "gpu_user_annotation", "name": name, "ts": ts, "dur": dur}
+
+    nccl_args = {"In msg nelems": 500_000, "dtype": "Float", "grid": [24, 1, 1]}
+    events = []
+    for t0 in (0, 300):
+        events += [mark("DistributedDataParallel.forward", t0, 100), kernel("fwd_gemm", t0, 100),
+                   kernel("bwd_gemm", t0 + 100, 50), kernel("bwd_gemm", t0 + 150, 100),
+                   kernel("ncclDevKernel_AllReduce", t0 + 150, 100, **nccl_args),
+                   kernel("ncclDevKernel_AllReduce", t0 + 250, 40, **nccl_args),
+                   mark("Optimizer.step#SGD.step", t0 + 290, 10), kernel("sgd", t0 + 290, 10)]
+    trace = {"traceEvents": events, "deviceProperties": [{"numSms": 132}]}
+    nccl = {"rows": [{"op": "all_reduce", "bytes": 1e6, "us": 10.0}, {"op": "all_reduce", "bytes": 4e6, "us": 40.0},
+                     {"op": "all_gather", "bytes": 2e6, "us": 1.0}]}
+    ddp = {"world": 2, "batch_per_rank": 10, "samples_per_s": 50.0, "single_samples_per_s": 25.0}
+    got = step_anatomy(ddp, {"samples_per_s": 40.0}, nccl, trace)
+    assert got["step_1"] == pytest.approx(400) and got["step_n"] == pytest.approx(400)
+    assert got["step_one"] == pytest.approx(500)
+    assert got["calls"] == 2 and got["bucket_mb"] == pytest.approx(2.0)
+    assert got["allreduce_alone"] == pytest.approx(0.040) and got["nccl"] == pytest.approx(0.140)
+    assert got["backward_alone"] == pytest.approx(0.100) and got["backward"] == pytest.approx(0.150)
+    assert got["slowdown"] == pytest.approx(2.0) and got["tail"] == pytest.approx(0.040)
+    assert got["blocks"] == 24 and got["sms"] == 132
+    with pytest.raises(ValueError, match="NCCL kernels"):
+        step_anatomy(ddp, None, nccl, {"traceEvents": [e for e in events if "nccl" not in e["name"]]})
+
 def _solution_notebook(tmp_path: Path) -> tuple[Path, Path]:
     """Chapter 14's solution notebook and the exercise notebook `make sync` generated from it."""
     root = HERE.parents[1]
