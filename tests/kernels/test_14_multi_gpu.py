@@ -42,6 +42,47 @@ def test_ring_reduce_add(n, offset, grid):
     assert bool(xp.isnan(acc_all[offset + n:]).all()), "wrote past n"
 
 
+@pytest.mark.parametrize("world", [1, 2, 3, 4, 8])
+@pytest.mark.parametrize("n,offset", [(1, 0), (3, 0), (1000, 0), (4099, 0), (1001, 1)])
+def test_oneshot_sum(world, n, offset):
+    """The one-shot all-reduce's kernel with `world` virtual ranks: float64 sum, rank order, no write past n.
+
+    offset 1 puts every pointer 4 bytes past 16-byte alignment: the kernel must take its scalar path.
+    """
+    k = cudl.load("14-multi-gpu/oneshot_reduce.cu", "oneshot_sum")
+    xp, pad = cudl.xp, 5
+    ins = [cudl.randn(offset + n)[offset:] for _ in range(world)]
+    out_all = xp.full(offset + n + pad, np.nan, dtype=np.float32)
+    out = out_all[offset:offset + n]
+    ptrs = ins + [ins[0]] * (8 - world)  # unused slots repeat in0, as oneshot_allreduce.py passes them
+    k((3,), (64,), (*ptrs, np.int32(world), out, np.int64(n)))
+    parts = np.stack([cudl.to_numpy(a).astype(np.float64) for a in ins])
+    # each output is a float32 sum of `world` terms in rank order: error <= (world - 1) u sum |terms|
+    bound = (world - 1) * U * np.abs(parts).sum(0) + 1e-30
+    err = np.abs(cudl.to_numpy(out).astype(np.float64) - parts.sum(0))
+    assert np.all(err <= bound), f"world={world} n={n}: max error {err.max():.2e}"
+    in_order = parts[0].astype(np.float32)
+    for r in range(1, world):  # the same order on every GPU: bitwise what a rank-order float32 sum gives
+        in_order = (in_order + parts[r].astype(np.float32)).astype(np.float32)
+    assert np.array_equal(cudl.to_numpy(out), in_order), "not summed in rank order"
+    assert bool(xp.isnan(out_all[offset + n:]).all()), "wrote past n"
+
+
+def test_oneshot_crossover():
+    pytest.importorskip("torch")
+    sys.path.insert(0, str(HERE))
+    from oneshot_allreduce import crossover
+
+    def rows(pairs):
+        return [dict(bytes=b, oneshot_us=o, nccl_us=c) for b, o, c in pairs]
+
+    assert crossover(rows([(1, 10, 20), (2, 12, 20), (4, 30, 25), (8, 60, 40)]), "oneshot", "nccl") == 4
+    assert crossover(rows([(1, 10, 20), (2, 12, 20)]), "oneshot", "nccl") is None
+    # a win for NCCL at one small size followed by losses does not count as the crossover
+    assert crossover(rows([(1, 30, 20), (2, 12, 20), (4, 30, 25)]), "oneshot", "nccl") == 4
+    assert crossover(rows([(4, 30, 25), (1, 30, 20)]), "oneshot", "nccl") == 1  # any order in, sorted
+
+
 def run_script(args: list[str], nproc: int | None = 2, timeout: int = 120) -> str:
     """Run a chapter-14 script (under torchrun with `nproc` CPU processes); return its output."""
     pytest.importorskip("torch")
