@@ -25,6 +25,7 @@ run ring "${launch[@]}" "$here/ring_allreduce.py" --slices 1 0 --json "$out/ring
 run ddp "${launch[@]}" "$here/ddp_train.py" --trace "$out/ddp_trace.json" --json "$out/ddp.json"
 run ddp_one_bucket "${launch[@]}" "$here/ddp_train.py" --bucket-cap-mb 1000 --no-baseline \
     --json "$out/ddp_one_bucket.json"
+run oneshot "${launch[@]}" "$here/oneshot_allreduce.py" --json "$out/oneshot.json"
 if python3 -c "import ray.train" 2>/dev/null; then
     run ray python3 "$here/ray_train.py" --workers "$n" --json "$out/ray.json"
 else

@@ -42,6 +42,47 @@ def test_ring_reduce_add(n, offset, grid):
     assert bool(xp.isnan(acc_all[offset + n:]).all()), "wrote past n"
 
 
+@pytest.mark.parametrize("world", [1, 2, 3, 4, 8])
+@pytest.mark.parametrize("n,offset", [(1, 0), (3, 0), (1000, 0), (4099, 0), (1001, 1)])
+def test_oneshot_sum(world, n, offset):
+    """The one-shot all-reduce's kernel with `world` virtual ranks: float64 sum, rank order, no write past n.
+
+    offset 1 puts every pointer 4 bytes past 16-byte alignment: the kernel must take its scalar path.
+    """
+    k = cudl.load("14-multi-gpu/oneshot_reduce.cu", "oneshot_sum")
+    xp, pad = cudl.xp, 5
+    ins = [cudl.randn(offset + n)[offset:] for _ in range(world)]
+    out_all = xp.full(offset + n + pad, np.nan, dtype=np.float32)
+    out = out_all[offset:offset + n]
+    ptrs = ins + [ins[0]] * (8 - world)  # unused slots repeat in0, as oneshot_allreduce.py passes them
+    k((3,), (64,), (*ptrs, np.int32(world), out, np.int64(n)))
+    parts = np.stack([cudl.to_numpy(a).astype(np.float64) for a in ins])
+    # each output is a float32 sum of `world` terms in rank order: error <= (world - 1) u sum |terms|
+    bound = (world - 1) * U * np.abs(parts).sum(0) + 1e-30
+    err = np.abs(cudl.to_numpy(out).astype(np.float64) - parts.sum(0))
+    assert np.all(err <= bound), f"world={world} n={n}: max error {err.max():.2e}"
+    in_order = parts[0].astype(np.float32)
+    for r in range(1, world):  # the same order on every GPU: bitwise what a rank-order float32 sum gives
+        in_order = (in_order + parts[r].astype(np.float32)).astype(np.float32)
+    assert np.array_equal(cudl.to_numpy(out), in_order), "not summed in rank order"
+    assert bool(xp.isnan(out_all[offset + n:]).all()), "wrote past n"
+
+
+def test_oneshot_crossover():
+    pytest.importorskip("torch")
+    sys.path.insert(0, str(HERE))
+    from oneshot_allreduce import crossover
+
+    def rows(pairs):
+        return [dict(bytes=b, oneshot_us=o, nccl_us=c) for b, o, c in pairs]
+
+    assert crossover(rows([(1, 10, 20), (2, 12, 20), (4, 30, 25), (8, 60, 40)]), "oneshot", "nccl") == 4
+    assert crossover(rows([(1, 10, 20), (2, 12, 20)]), "oneshot", "nccl") is None
+    # a win for NCCL at one small size followed by losses does not count as the crossover
+    assert crossover(rows([(1, 30, 20), (2, 12, 20), (4, 30, 25)]), "oneshot", "nccl") == 4
+    assert crossover(rows([(4, 30, 25), (1, 30, 20)]), "oneshot", "nccl") == 1  # any order in, sorted
+
+
 def run_script(args: list[str], nproc: int | None = 2, timeout: int = 120) -> str:
     """Run a chapter-14 script (under torchrun with `nproc` CPU processes); return its output."""
     pytest.importorskip("torch")
@@ -144,6 +185,43 @@ def test_overlap_from_trace(tmp_path):
     assert got["nccl_kernels"] == 2 and got["nccl_us"] == 20 and got["overlapped_us"] == 7
     assert got["overlap"] == pytest.approx(0.35)
 
+
+
+def test_step_anatomy():
+    """ddp_anatomy.step_anatomy on a hand-made trace of two steps: per step, a forward kernel, a backward
+    GEMM alone (50 us), the same GEMM beside an all-reduce (100 us), a second all-reduce after the
+    backward (40 us) and the optimizer; the all-reduces of 2 MB, 20 us alone by the NCCL rows given."""
+    sys.path.insert(0, str(HERE))
+    from ddp_anatomy import step_anatomy
+
+    def kernel(name, ts, dur, **args):
+        return {"cat": "kernel", "name": name, "ts": ts, "dur": dur, "args": args}
+
+    def mark(name, ts, dur):
+        return {"cat": "gpu_user_annotation", "name": name, "ts": ts, "dur": dur}
+
+    nccl_args = {"In msg nelems": 500_000, "dtype": "Float", "grid": [24, 1, 1]}
+    events = []
+    for t0 in (0, 300):
+        events += [mark("DistributedDataParallel.forward", t0, 100), kernel("fwd_gemm", t0, 100),
+                   kernel("bwd_gemm", t0 + 100, 50), kernel("bwd_gemm", t0 + 150, 100),
+                   kernel("ncclDevKernel_AllReduce", t0 + 150, 100, **nccl_args),
+                   kernel("ncclDevKernel_AllReduce", t0 + 250, 40, **nccl_args),
+                   mark("Optimizer.step#SGD.step", t0 + 290, 10), kernel("sgd", t0 + 290, 10)]
+    trace = {"traceEvents": events, "deviceProperties": [{"numSms": 132}]}
+    nccl = {"rows": [{"op": "all_reduce", "bytes": 1e6, "us": 10.0}, {"op": "all_reduce", "bytes": 4e6, "us": 40.0},
+                     {"op": "all_gather", "bytes": 2e6, "us": 1.0}]}
+    ddp = {"world": 2, "batch_per_rank": 10, "samples_per_s": 50.0, "single_samples_per_s": 25.0}
+    got = step_anatomy(ddp, {"samples_per_s": 40.0}, nccl, trace)
+    assert got["step_1"] == pytest.approx(400) and got["step_n"] == pytest.approx(400)
+    assert got["step_one"] == pytest.approx(500)
+    assert got["calls"] == 2 and got["bucket_mb"] == pytest.approx(2.0)
+    assert got["allreduce_alone"] == pytest.approx(0.040) and got["nccl"] == pytest.approx(0.140)
+    assert got["backward_alone"] == pytest.approx(0.100) and got["backward"] == pytest.approx(0.150)
+    assert got["slowdown"] == pytest.approx(2.0) and got["tail"] == pytest.approx(0.040)
+    assert got["blocks"] == 24 and got["sms"] == 132
+    with pytest.raises(ValueError, match="NCCL kernels"):
+        step_anatomy(ddp, None, nccl, {"traceEvents": [e for e in events if "nccl" not in e["name"]]})
 
 def _solution_notebook(tmp_path: Path) -> tuple[Path, Path]:
     """Chapter 14's solution notebook and the exercise notebook `make sync` generated from it."""
