@@ -53,7 +53,11 @@ lint: venv
 # cache of compiled kernels ($CUDL_CACHE or ~/.cache/cudl), so a kernel built by one is reused by all.
 JOBS ?= logical
 PARALLEL = $(if $(filter 1,$(JOBS)),,-n $(JOBS) --dist $(1))
+# Bytecode is compiled once first: where PYTHONDONTWRITEBYTECODE is set (as on the CI machines) every Python process
+# of the run (~500 grading processes, the notebook kernels, the workers) would otherwise compile cudl from source
+# (0.71 s instead of 0.57 s of CPU to start a grading process).
 test: venv test-extras browser lint
+	$(BIN)/python -m compileall -q cudl kernels_src tests
 	$(BIN)/python -m cudl.nbtools check
 	$(BIN)/jupyter-book build --all --warningiserror --keep-going . >/dev/null
 	CUDL_BOOK_BUILT=1 CUDL_BACKEND=emulator $(BIN)/pytest -q $(call PARALLEL,worksteal) --timeout=1800 -m "not serial" --durations=20 tests
