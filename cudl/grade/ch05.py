@@ -33,7 +33,8 @@ def _randn(*shape: int) -> np.ndarray:
         cases=[dict(M=1, N=1, K=1), dict(M=17, N=33, K=5), dict(M=16, N=16, K=16), dict(M=127, N=1000, K=513),
                dict(M=1024, N=1024, K=1024)],
         emulator_cases=[dict(M=1, N=1, K=1), dict(M=17, N=33, K=5), dict(M=16, N=16, K=16),
-                        dict(M=127, N=1000, K=513), dict(M=100, N=64, K=300)],
+                        dict(M=127, N=200, K=513), dict(M=100, N=64, K=300)],  # N=200: 5x less than the
+        # GPU case, whose emulator launch took 11 s of the 15 s margin that test_graders asks of a solution
         hint=["sizes are not multiples of 16: load zeros for the parts of a tile outside A or B, so that every "
               "thread still loads and reaches both barriers; only the final store is skipped outside C",
               "per step k0: each thread loads one element of the A tile and one of the B tile, __syncthreads(), "
