@@ -15,6 +15,13 @@ Two buffers, used in turn, need only one barrier per call: when a GPU writes buf
 k + 2) it has passed call k + 1's barrier, which no peer reaches before its call-k kernel, the last
 reader of buffer b, has finished (stream order).
 
+The same in one launch (OneShotFused, oneshot_fused.cu): the copy-in, a barrier per block (flags
+written into the peers' flag buffers) and the sum in one kernel, which counts its calls on the GPU,
+so its launch never changes and calls can be captured in a CUDA graph. Two ways to move the bytes:
+pull (each GPU loads its peers' copies over NVLink) and push (each GPU stores its input into every
+peer's buffer, then sums from local memory). Timed eager and graphed, against NCCL's all_reduce and
+PyTorch's one-shot captured the same way (GRAPH_CALLS calls per graph): graphed against graphed.
+
 The ring's cost per step: one send/recv pair of batch_isend_irecv timed alone at 4 KB, and, for
 each method, the host's time to issue one call (no synchronisation) beside its GPU time: where the
 two agree, the GPU waited for the host, and the launch path, not the link, is the cost.
@@ -38,6 +45,7 @@ import torch.distributed as dist
 warnings.filterwarnings("ignore", category=FutureWarning, module="torch.distributed")
 BLOCK = 256
 ROUNDS = 3  # a difference counts only where every round agrees on it
+GRAPH_CALLS = 20  # calls per captured graph: one replay's launch spread over 20 calls
 
 
 def crossover(rows: list[dict], fast: str, slow: str) -> int | None:
@@ -53,6 +61,16 @@ def crossover(rows: list[dict], fast: str, slow: str) -> int | None:
         else:
             break
     return cross
+
+
+def cupy_view(cupy, t: torch.Tensor, dtype=None):
+    """A CuPy array over the memory of the contiguous tensor t (no copy, no synchronisation).
+
+    dtype: read the bytes as another type of the same size (torch's int64 as the kernel's uint64).
+    """
+    dtype = dtype or {torch.float32: cupy.float32, torch.int64: cupy.int64, torch.int32: cupy.int32}[t.dtype]
+    mem = cupy.cuda.UnownedMemory(t.data_ptr(), t.numel() * t.element_size(), t, t.device.index)
+    return cupy.ndarray((t.numel(),), dtype, cupy.cuda.MemoryPointer(mem, 0))
 
 
 class OneShot:
@@ -120,6 +138,83 @@ class OneShot:
         return x
 
 
+class OneShotFused:
+    """The same all-reduce in one launch (oneshot_fused.cu): copy-in, per-block barrier and sum.
+
+    The kernel keeps its own call count per block on the GPU, so a call's launch never changes and a
+    sequence of calls can be captured in a CUDA graph and replayed without the host (capture()).
+    Each block waits only for the blocks of the same index on the other GPUs, so every block must be
+    resident at once: one block per SM (GRID), with nothing else running on the GPU meanwhile.
+    """
+
+    def __init__(self, max_count: int, device: torch.device, push: bool) -> None:
+        import cupy
+        import torch.distributed._symmetric_memory as symm_mem
+
+        sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root, for cudl
+        from ring_allreduce import cupy_stream
+
+        import cudl
+
+        self.push = push  # True: write my input into every GPU's buffer; False: peers load it from mine
+        self.world, self.rank, self.device, self.cupy = dist.get_world_size(), dist.get_rank(), device, cupy
+        if self.world > 8:
+            raise SystemExit("oneshot_fused.cu sums at most 8 buffers (one NVLink node)")
+        self.cap = -(-max_count // 64) * 64
+        self.grid = torch.cuda.get_device_properties(device).multi_processor_count  # all resident
+        self.buf = symm_mem.empty(2 * self.world * self.cap, dtype=torch.float32, device=device)
+        self.buf.fill_(float("nan"))  # a peer's part never written would poison the sum
+        self.flags = symm_mem.empty(self.grid * 8, dtype=torch.int32, device=device)
+        self.flags.zero_()  # the kernel's flags count calls from zero on every GPU
+        hdl = symm_mem.rendezvous(self.buf, dist.group.WORLD)
+        fhdl = symm_mem.rendezvous(self.flags, dist.group.WORLD)
+        # every GPU's buffers as this GPU sees them (CUDA IPC mappings), as device arrays of pointers
+        self.ptrs = torch.tensor(list(hdl.buffer_ptrs), dtype=torch.int64, device=device)
+        self.flag_ptrs = torch.tensor(list(fhdl.buffer_ptrs), dtype=torch.int64, device=device)
+        self.epoch = torch.zeros(self.grid, dtype=torch.int32, device=device)
+        cupy.cuda.Device(device.index).use()  # CuPy loads the module on its current device
+        self.kernel = cudl.load("14-multi-gpu/oneshot_fused.cu", "oneshot_fused")
+        self.stream = lambda: cupy_stream(cupy, torch.cuda.current_stream(device).cuda_stream, device.index)
+        self.args = [cupy_view(cupy, self.ptrs, cupy.uint64), cupy_view(cupy, self.flag_ptrs, cupy.uint64),
+                     cupy_view(cupy, self.epoch, cupy.uint32)]  # the kernel's unsigned types
+        self.views: dict[tuple[int, int], object] = {}  # x's CuPy view, made once per tensor
+        torch.cuda.synchronize(device)
+        dist.barrier()  # every GPU's flags are zero before any GPU's first call writes a peer's
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        n = x.numel()
+        if n > self.cap:
+            raise ValueError(f"{n} elements: this OneShotFused holds at most {self.cap}")
+        cp = self.cupy
+        if not (x.is_contiguous() and x.dtype == torch.float32 and x.device == self.device):
+            raise ValueError("OneShotFused sums a contiguous float32 tensor on this rank's GPU")
+        key = (x.data_ptr(), n)
+        if key not in self.views:
+            self.views = {key: cupy_view(cp, x)}  # keep the latest only (graphs reuse one tensor)
+        xa = self.views[key]
+        with cp.cuda.Device(self.device.index), self.stream():
+            self.kernel((self.grid,), (BLOCK,), (xa, xa, cp.int64(n), *self.args, cp.int32(self.world),
+                                                 cp.int32(self.rank), cp.int64(self.cap),
+                                                 cp.int32(self.push)))
+        return x
+
+
+def capture(fn, calls: int) -> torch.cuda.CUDAGraph:
+    """A CUDA graph of `calls` calls of fn() in a row (warmed up first on a side stream)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            fn()
+    torch.cuda.synchronize()
+    return graph
+
+
 def host_us(fn, before, iters: int) -> float:
     """Median microseconds the host spends issuing fn() (no synchronisation inside the timed part)."""
     times = []
@@ -160,21 +255,28 @@ def main() -> None:
 
     # correct: odd counts against float64 and NCCL, every rank bitwise the same; then 64 calls in a row,
     # each with new inputs, so a missing or misplaced barrier (a peer's stale or half-written buffer) shows
-    worst, lib_worst, torch_err = 0.0, 0.0, None
-    for count in (1, 3, 1000, 4099, (1 << 18) + 1, 1 << 20):
-        xs = [torch.randn(count, generator=torch.Generator().manual_seed(100 * r + count)) for r in range(world)]
-        ref = torch.stack([t.double() for t in xs]).sum(0).to(device)
-        x = xs[rank].to(device)
-        lib = x.clone()
-        dist.all_reduce(lib)
-        shot(x)
-        err, same = du.rel_error(x, ref), du.rel_error(x, lib)
+    pull, push = OneShotFused(shot.cap, device, push=False), OneShotFused(shot.cap, device, push=True)
+    worst, lib_worst, torch_err = {"oneshot": 0.0, "pull": 0.0, "push": 0.0}, 0.0, None
+    mine = {"oneshot": shot, "pull": pull, "push": push}
+
+    def check(name: str, x: torch.Tensor, ref: torch.Tensor, what: str) -> None:
+        err = du.rel_error(x, ref)
         first = x.clone()
         dist.broadcast(first, 0)
         if not err < 1e-6 * world or not torch.equal(x, first):
-            raise SystemExit(f"rank {rank}: one-shot all-reduce WRONG at count={count}: error vs float64 "
-                             f"{err:.2e}, vs NCCL {same:.2e}, equal to rank 0's: {torch.equal(x, first)}")
-        worst, lib_worst = max(worst, err), max(lib_worst, same)
+            raise SystemExit(f"rank {rank}: {name} all-reduce WRONG {what}: error vs float64 {err:.2e}, "
+                             f"equal to rank 0's: {torch.equal(x, first)}")
+        worst[name] = max(worst[name], err)
+
+    for count in (1, 3, 1000, 4099, (1 << 18) + 1, 1 << 20):
+        xs = [torch.randn(count, generator=torch.Generator().manual_seed(100 * r + count)) for r in range(world)]
+        ref = torch.stack([t.double() for t in xs]).sum(0).to(device)
+        lib = xs[rank].to(device)
+        dist.all_reduce(lib)
+        lib_worst = max(lib_worst, du.rel_error(lib, ref))
+        for name, fn in mine.items():
+            x = xs[rank].to(device)
+            check(name, fn(x), ref, f"at count={count}")
         try:
             t_err = du.rel_error(torch_oneshot(xs[rank].to(device)), ref)
             torch_err = max(torch_err or 0.0, t_err)
@@ -183,14 +285,17 @@ def main() -> None:
     base = torch.randn(4099, generator=torch.Generator().manual_seed(rank)).to(device)
     total = base.double().clone()
     dist.all_reduce(total)
-    for call in range(64):
-        x = base + call
-        shot(x)
-        err = du.rel_error(x, total + world * call)
-        if not err < 1e-6 * world:
-            raise SystemExit(f"rank {rank}: one-shot all-reduce WRONG at call {call} of 64 in a row: "
-                             f"error {err:.2e} (a barrier too few?)")
-        worst = max(worst, err)
+    for name, fn in mine.items():
+        for call in range(64):
+            check(name, fn(base + call), total + world * call, f"at call {call} of 64 in a row (a barrier too few?)")
+    # the fused kernels replayed from a CUDA graph: 5 calls in place multiply the sum by world^4
+    for name in ("pull", "push"):
+        x = base.clone()
+        graph = capture(lambda: mine[name](x), 5)  # noqa: B023 - captured here, used here (3 warm-ups ran on x)
+        x.copy_(base)
+        graph.replay()
+        check(name, x, total * float(world) ** 4, "replayed from a CUDA graph, 5 calls in a row")
+        del graph
 
     # the ring's step: one send/recv pair with the neighbours, alone
     nxt, prv = (rank + 1) % world, (rank - 1) % world
@@ -205,6 +310,7 @@ def main() -> None:
 
     rows = []
     torch_ok = not isinstance(torch_err, str)
+    graph_err = None
     for count in counts:
         src = torch.randn(count, generator=torch.Generator().manual_seed(rank)).to(device)
         x, work = src.clone(), torch.empty_like(src)
@@ -212,41 +318,71 @@ def main() -> None:
         def restore() -> None:  # every method sums in place (PyTorch's one-shot into a new tensor)
             x.copy_(src)
 
-        methods = {"nccl": lambda: dist.all_reduce(x), "oneshot": lambda: shot(x),
-                   "ring": lambda: ring_allreduce(x, reduce, 1, work)}
+        methods = {"nccl": lambda: dist.all_reduce(x), "oneshot": lambda: shot(x), "pull": lambda: pull(x),
+                   "push": lambda: push(x), "ring": lambda: ring_allreduce(x, reduce, 1, work)}
         if torch_ok:
             methods["torch_oneshot"] = lambda: torch_oneshot(x)
+        # graphed against graphed: GRAPH_CALLS calls in a row captured once, replayed; time per call.
+        # In place, the values grow by world per call; no timing here depends on them.
+        graphs = {}
+        for name in ("nccl", "pull", "push", "torch_oneshot"):
+            if name in methods:
+                try:
+                    graphs[f"{name}_graph"] = capture(methods[name], GRAPH_CALLS)
+                except Exception as exc:  # noqa: BLE001 - reported: a method that cannot be captured
+                    graph_err = f"{name}: {type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
         row = dict(bytes=count * 4)
         for _ in range(ROUNDS):  # the methods in turn, ROUNDS times: each round's median is kept
             for name, fn in methods.items():
                 row.setdefault(f"{name}_rounds", []).append(
                     du.time_op(fn, device, args.iters, before=restore) * 1e6)
-        for name, fn in methods.items():
+            for name, g in graphs.items():
+                row.setdefault(f"{name}_rounds", []).append(
+                    du.time_op(g.replay, device, max(5, args.iters // 5), before=restore) * 1e6 / GRAPH_CALLS)
+        for name in [*methods, *graphs]:
             row[f"{name}_us"] = statistics.median(row[f"{name}_rounds"])
             row[f"{name}_busbw"] = du.busbw("all_reduce", count * 4, row[f"{name}_us"] / 1e6, world)[1]
+        for name, fn in methods.items():
             row[f"{name}_host_us"] = host_us(fn, restore, min(args.iters, 20))
         rows.append(row)
+        del graphs
+        torch.cuda.synchronize()
+        dist.barrier()
 
     if rank == 0:
-        print(f"one-shot all-reduce (oneshot_reduce.cu over symmetric memory) vs NCCL, {world} ranks, "
-              f"{du.gpu_name(device)}")
-        print(f"correct: max rel error vs float64 {worst:.1e} (odd counts, 64 calls in a row, NaN-poisoned "
-              f"buffers; every rank bitwise equal to rank 0); NCCL vs float64 {lib_worst:.1e}; "
+        print(f"one-shot all-reduce (oneshot_reduce.cu, oneshot_fused.cu over symmetric memory) vs NCCL, "
+              f"{world} ranks, {du.gpu_name(device)}")
+        print(f"correct: max rel error vs float64: three launches {worst['oneshot']:.1e}, one launch "
+              f"{worst['pull']:.1e} (pull), {worst['push']:.1e} (push) (odd counts, 64 calls in a row, "
+              "5 graph-replayed calls,")
+        print(f"  NaN-poisoned buffers; every rank bitwise equal to rank 0); NCCL {lib_worst:.1e}; "
               f"PyTorch's one-shot: {torch_err if isinstance(torch_err, str) else f'{torch_err:.1e}'}")
-        print(f"barrier: {shot.barrier_kind}")
+        print(f"barrier: {shot.barrier_kind}; graph capture: {graph_err or 'every method captured'}")
         print(f"one send/recv pair (4 KB, batch_isend_irecv): {pair_us:.1f} us on the GPU, "
               f"{pair_host:.1f} us to issue; a ring of {world} GPUs takes {2 * (world - 1)} such steps")
-        names = [m for m in ("nccl", "oneshot", "torch_oneshot", "ring") if f"{m}_us" in rows[0]]
-        print(f"{'size':>10}" + "".join(f"{m + ' us':>17}" for m in names) + "   (host us to issue)")
+        eager = [m for m in ("nccl", "oneshot", "pull", "push", "torch_oneshot", "ring") if f"{m}_us" in rows[0]]
+        print("eager calls, median us on the GPU (host us to issue one call):")
+        print(f"{'size':>10}" + "".join(f"{m:>17}" for m in eager))
         for r in rows:
             print(f"{r['bytes'] / 1024:>8.0f}KB" + "".join(
-                f"{r[f'{m}_us']:>9.1f} ({r[f'{m}_host_us']:>5.1f})" for m in names))
+                f"{r[f'{m}_us']:>9.1f} ({r[f'{m}_host_us']:>5.1f})" for m in eager))
+        graphed = [m for m in ("nccl_graph", "pull_graph", "push_graph", "torch_oneshot_graph")
+                   if f"{m}_us" in rows[0]]
+        print(f"CUDA-graphed, {GRAPH_CALLS} calls per graph, median us per call:")
+        print(f"{'size':>10}" + "".join(f"{m:>20}" for m in graphed))
+        for r in rows:
+            print(f"{r['bytes'] / 1024:>8.0f}KB" + "".join(f"{r[f'{m}_us']:>20.1f}" for m in graphed))
         cross = crossover(rows, "oneshot", "nccl")
-        print("NCCL takes over from " + (f"{cross / 1024:.0f} KB" if cross else "no size measured here"))
-        du.write_json(args.json, dict(world=world, gpu=du.gpu_name(device), max_rel_error=worst,
-                                      nccl_rel_error=lib_worst, torch_oneshot=torch_err, pair_us=pair_us,
-                                      pair_host_us=pair_host, crossover_bytes=cross, barrier=shot.barrier_kind,
-                                      rows=rows))
+        cross_graph = {m: crossover(rows, f"{m}_graph", "nccl_graph") for m in ("pull", "push")}
+        say = lambda c: f"{c / 1024:.0f} KB" if c else "no size measured here"  # noqa: E731
+        print(f"NCCL takes over from {say(cross)} (eager: three launches vs NCCL); "
+              f"graphed: from {say(cross_graph['pull'])} (pull), {say(cross_graph['push'])} (push)")
+        du.write_json(args.json, dict(world=world, gpu=du.gpu_name(device), max_rel_error=worst["oneshot"],
+                                      pull_rel_error=worst["pull"], push_rel_error=worst["push"],
+                                      nccl_rel_error=lib_worst,
+                                      torch_oneshot=torch_err, graph_error=graph_err, graph_calls=GRAPH_CALLS,
+                                      pair_us=pair_us, pair_host_us=pair_host, crossover_bytes=cross,
+                                      crossover_graph_bytes=cross_graph, barrier=shot.barrier_kind, rows=rows))
     dist.barrier()
     dist.destroy_process_group()
 

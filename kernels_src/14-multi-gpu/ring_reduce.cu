@@ -1,8 +1,10 @@
 // ring all-reduce, the reduction step: acc[i] += recv[i] over one slice of the ring.
 // At every reduce-scatter step of the ring each GPU receives a slice that its left
 // neighbour has summed so far and adds its own values to it; this kernel is that add.
-// The slice arrived through NCCL's send/recv (ring_allreduce.py), so acc and recv both
-// live in this GPU's memory. Grid-stride loop over float4 (16-byte) loads and stores.
+// Over NCCL's send/recv (ring_allreduce.py's default transport) the slice has
+// arrived in this GPU's memory; with its peer transport, recv points into the left
+// neighbour's memory, mapped into this GPU's address space: its loads cross NVLink.
+// Grid-stride loop over float4 (16-byte) loads and stores.
 // Limit: memory-bound, 12 bytes per element (read acc and recv, write acc); expect
 // >= 85% of the copy bandwidth. In the ring it should hide behind the link: an H100
 // moves ~3 TB/s through HBM but at most 450 GB/s per direction over NVLink 4, so the

@@ -21,7 +21,8 @@ launch=(python3 -m torch.distributed.run --standalone --nproc-per-node="$n")
 
 run p2p python3 "$here/p2p_matrix.py" --json "$out/p2p.json"
 run nccl "${launch[@]}" "$here/nccl_bench.py" --json "$out/nccl.json"
-run ring "${launch[@]}" "$here/ring_allreduce.py" --slices 1 0 --json "$out/ring.json"
+run ring "${launch[@]}" "$here/ring_allreduce.py" --slices 1 0 --transport nccl peer \
+    --json "$out/ring.json"
 run ddp "${launch[@]}" "$here/ddp_train.py" --trace "$out/ddp_trace.json" --json "$out/ddp.json"
 run ddp_one_bucket "${launch[@]}" "$here/ddp_train.py" --bucket-cap-mb 1000 --no-baseline \
     --json "$out/ddp_one_bucket.json"

@@ -68,6 +68,71 @@ def test_oneshot_sum(world, n, offset):
     assert bool(xp.isnan(out_all[offset + n:]).all()), "wrote past n"
 
 
+def address(a) -> int:
+    """The address of an array's first element: a CuPy array's device pointer, a NumPy array's host one."""
+    return a.data.ptr if hasattr(a.data, "ptr") else a.ctypes.data
+
+
+@pytest.mark.parametrize("world,rank", [(1, 0), (2, 1), (4, 2), (8, 0)])
+@pytest.mark.parametrize("n,offset", [(1, 0), (5, 0), (1000, 0), (4099, 0), (1001, 1)])
+@pytest.mark.parametrize("calls_before", [6, 2**32 - 2])  # the call number wraps past 2^32 in the second
+@pytest.mark.parametrize("push", [0, 1])
+def test_oneshot_fused(world, rank, n, offset, calls_before, push):
+    """oneshot_fused.cu as GPU `rank` of `world` virtual GPUs, its peers' parts and flags already there.
+
+    The peers have written their inputs where this call reads them (pull: slot r of their own buffers;
+    push: slot r of this GPU's buffer, in the half this call uses) and raised their flags (the kernel
+    would wait for them otherwise); the kernel must write its own input where its peers read it, raise
+    its flag in every peer's flag buffer, sum in rank order, count the call, and touch nothing else.
+    """
+    k = cudl.load("14-multi-gpu/oneshot_fused.cu", "oneshot_fused")
+    xp, grid, block = cudl.xp, 3, 64
+    cap = -(-(offset + n) // 64) * 64
+    e = (calls_before + 1) % 2**32  # this call's number
+    half = (e & 1) * world * cap
+
+    def at(r):  # the elements of slot r in this call's half
+        return np.arange(half + r * cap, half + r * cap + n)
+
+    bufs = [xp.full(2 * world * cap, np.nan, dtype=np.float32) for _ in range(world)]
+    flags = [xp.zeros(grid * 8, dtype=np.uint32) for _ in range(world)]
+    ins = [cudl.randn(offset + n)[offset:] for _ in range(world)]
+    for r in range(world):
+        if r != rank:  # what peer r did before its own barrier
+            bufs[rank if push else r][at(r)] = ins[r]
+            flags[rank].reshape(grid, 8)[:, r] = e
+    epoch = xp.full(grid, calls_before % 2**32, dtype=np.uint32)
+    ptrs = np.array([address(b) for b in bufs], dtype=np.uint64)
+    fptrs = np.array([address(f) for f in flags], dtype=np.uint64)
+    out_all = xp.full(offset + n + 5, np.nan, dtype=np.float32)
+    out = out_all[offset:offset + n]
+    x = ins[rank].copy() if offset == 0 else ins[rank]  # offset 1: the scalar path
+    k((grid,), (block,), (x, out, np.int64(n), xp.asarray(ptrs), xp.asarray(fptrs), epoch,
+                          np.int32(world), np.int32(rank), np.int64(cap), np.int32(push)))
+    parts = np.stack([cudl.to_numpy(a).astype(np.float32) for a in ins])
+    in_order = parts[0]
+    for r in range(1, world):  # the same order on every GPU: bitwise a rank-order float32 sum
+        in_order = (in_order + parts[r]).astype(np.float32)
+    assert np.array_equal(cudl.to_numpy(out), in_order), "not the rank-order sum of every GPU's input"
+    assert bool(xp.isnan(out_all[offset + n:]).all()), "wrote past n"
+    for g in range(world):  # every GPU's buffer: exactly the slots filled so far, NaN elsewhere
+        got = cudl.to_numpy(bufs[g])
+        filled = [r for r in range(world) if (g == rank if push else r == g) or (push and r == rank)]
+        for r in filled:
+            assert np.array_equal(got[at(r)], parts[r]), f"slot {r} of GPU {g}'s buffer"
+        rest = np.delete(got, np.concatenate([at(r) for r in filled])) if filled else got
+        assert np.isnan(rest).all(), f"GPU {g}'s buffer written outside this call's slots"
+    for r in range(world):
+        f = cudl.to_numpy(flags[r]).reshape(grid, 8)
+        want = np.zeros((grid, 8), dtype=np.uint32)
+        if r != rank:
+            want[:, rank] = e  # my flag, raised in peer r's buffer for every block
+        else:
+            want[:, [p for p in range(world) if p != rank]] = e
+        assert np.array_equal(f, want), f"flags of GPU {r}: {f.tolist()}"
+    assert (cudl.to_numpy(epoch) == e).all(), "the call was not counted"
+
+
 def test_oneshot_crossover():
     pytest.importorskip("torch")
     sys.path.insert(0, str(HERE))
