@@ -101,7 +101,12 @@ ATTN_BWD = {"sm75": 2, "sm80": 3, "sm90": 3}
 # and its ring hides nothing there (which is faster on a T4 is for a T4 to measure)
 GEMMS = {"sm75": "1: WMMA, 128 x 128 tile", "sm80": "3: cp.async pipeline"}
 GEMM_TILE, GEMM_STEP = 128, 32  # both: M and N multiples of 128, K of 32
-GEMM5_OPTIONS = ("-DSTAGES=3",)  # chapter 11's best ring depth on the H100 and the H200
+# kernel 5's builds: a 4-deep ring, persistent (one CTA per SM walks the tiles), for a
+# whole product; not persistent for a slice of split-K, whose slices run side by side on
+# several streams (a persistent grid would hold every SM). Chosen on an H200 over the
+# step's GEMM shapes (each build timed per shape; these won at most of them).
+GEMM5_OPTIONS = ("-DSTAGES=4", "-DPERSISTENT")
+GEMM5_SPLIT_OPTIONS = ("-DSTAGES=4",)
 GEMM5_TILE, GEMM5_STEP = (128, 256), 64  # kernel 5: BM x BN tiles, 64 of K per step
 # split-K: a slice keeps at least 16 K steps (1024 of K on kernel 5), so that the fill of
 # the pipeline and the tile's store (below) stay small beside its main loop
@@ -506,16 +511,15 @@ class Model:
         else:
             self.launcher5(a.reshape(M, K), b.reshape(K, N), c.reshape(M, N))()
 
-    def launcher5(self, a: Any, b: Any, c: Any) -> Any:
+    def launcher5(self, a: Any, b: Any, c: Any, options: tuple[str, ...] = GEMM5_OPTIONS) -> Any:
         """Kernel 5's launch of C = A B. It reads A and B through tensor maps that hold
         their addresses (and A's row stride: A may be a column range of a matrix): one
-        launcher per operand triple, made on first use (the step's buffers are allocated
-        once, so a few dozen, and a few more per slice of split-K)."""
-        key = (a.data.ptr, a.strides, b.data.ptr, c.data.ptr, a.shape, b.shape)
+        launcher per operand triple and build, made on first use (the step's buffers are
+        allocated once, so a few dozen, and a few more per slice of split-K)."""
+        key = (a.data.ptr, a.strides, b.data.ptr, c.data.ptr, a.shape, b.shape, options)
         run = self.gemm5.get(key)
         if run is None:
-            run = self.gemm5[key] = self.tc.hgemm("5: wgmma + TMA", a, b, c,
-                                                  options=GEMM5_OPTIONS)
+            run = self.gemm5[key] = self.tc.hgemm("5: wgmma + TMA", a, b, c, options=options)
         return run
 
     def gemm_split(self, a: Any, b: Any, c: Any, M: int, N: int, K: int, s: int) -> None:
@@ -532,7 +536,7 @@ class Model:
             # kernel that read a map still in flight faulted with an illegal instruction)
             import cupy
 
-            runs = [self.launcher5(a[:, k0:k1], b[k0:k1], parts[j])
+            runs = [self.launcher5(a[:, k0:k1], b[k0:k1], parts[j], GEMM5_SPLIT_OPTIONS)
                     for j, (k0, k1) in enumerate(bounds)]
             main = cupy.cuda.get_current_stream()
             self.events[0].record(main)

@@ -736,8 +736,10 @@ def test_split_k_on_kernel_5_streams_and_slices(monkeypatch):
     model.events = [Event(f"e{j}") for j in range(s)]
     model.partials = cudl.poisoned(s * M * N)
 
-    def launcher5(a, b, c):
+    def launcher5(a, b, c, options=gt.GEMM5_OPTIONS):
         assert a.base is not None and a.strides[0] == K * 2  # a view of A, rows K apart
+        # slices run side by side on several streams: never the persistent build, which holds every SM
+        assert options == gt.GEMM5_SPLIT_OPTIONS and "-DPERSISTENT" not in options, options
         tensor_map_args(a.shape, a.strides, a.itemsize, a.ctypes.data, (128, 64))  # raises if TMA cannot
 
         def run():
