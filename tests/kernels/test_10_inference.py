@@ -82,7 +82,11 @@ def test_kv_append(batch, seq, heads, head_dim, max_len, dtype):
         got = host(got)
         assert np.array_equal(np.isnan(got), np.isnan(ref)), f"{name}: wrong positions written"
         ok = ~np.isnan(ref)
-        assert np.allclose(got[ok], ref[ok], rtol=RTOL[dtype], atol=0), f"{name}: wrong values"
+        # a copy with one rounding to the cache's type (__float2half_rn: to nearest even, as NumPy's cast), so
+        # the bits are known exactly; a relative tolerance failed on fp16 subnormals (|x| < 6.1e-5: a few in
+        # a thousand draws of this size)
+        want = ref[ok].astype(np.float32).astype(dtype).astype(np.float64)
+        assert np.array_equal(got[ok], want), f"{name}: wrong values (not the input rounded once to {dtype})"
 
 
 # ---------------------------------------------------------------- attention
