@@ -19,8 +19,8 @@
 
 from . import grade
 from .autotune import Tuned, autotune
+from .backend import address, on_gpu, require_gpu, size, sync, to_numpy
 from .backend import backend as backend_name
-from .backend import on_gpu, require_gpu, size, sync, to_numpy
 from .bench import Pair, Timing, bench, bench_pair, flush_l2, measurable, sweep
 from .ceilings import DATASHEET, ceilings, datasheet, memory_ceiling
 from .check import check, compare, poisoned, randn
@@ -35,9 +35,9 @@ from .record import load_records, record
 
 __all__ = [
     "DATASHEET", "CompileError", "CudlError", "EmulatorUnsupported", "GpuOnly", "Kernel", "KernelFault",
-    "Timing", "backend_name", "banner", "bench", "ceilings", "check", "compare", "datasheet", "device_info",
-    "flush_l2", "glue", "gpu_name", "grade", "load", "load_records", "ncu", "on_gpu", "poisoned", "randn", "record",
-    "require_gpu", "setup", "show", "size", "span", "sweep", "sync", "to_numpy",
+    "Timing", "address", "backend_name", "banner", "bench", "ceilings", "check", "compare", "datasheet",
+    "device_info", "flush_l2", "glue", "gpu_name", "grade", "load", "load_records", "ncu", "on_gpu", "poisoned",
+    "randn", "record", "require_gpu", "setup", "show", "size", "span", "sweep", "sync", "to_numpy",
 ]
 __all__ += ["Counters", "KernelTimeout", "counters"]  # emulator checks (issue 7)
 __all__ += ["max_shared_per_block"]  # a block's opt-in shared memory on this (or the mimicked) card

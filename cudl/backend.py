@@ -68,6 +68,12 @@ def to_numpy(a: Any) -> np.ndarray:
     return a.get() if hasattr(a, "get") and not isinstance(a, np.ndarray) else np.asarray(a)
 
 
+def address(a: Any) -> int:
+    """The address of an array's first element: a CuPy array's device pointer, a NumPy array's host one (the
+    emulator's memory). For alignment checks, and for kernels that take pointers inside an array of addresses."""
+    return a.ctypes.data if isinstance(a, np.ndarray) else a.data.ptr
+
+
 def sync() -> None:
     """Wait for all queued GPU work (a no-op on the emulator, which runs launches synchronously)."""
     if on_gpu():

@@ -564,3 +564,10 @@ def test_tensor_map_2d_passes_a_strided_view_to_the_driver(monkeypatch):
     View.strides = (8190, 2)
     with pytest.raises(ValueError, match="row stride"):
         tensor_map_2d(View(), (128, 64))
+
+
+def test_address_is_the_first_element():
+    a = cudl.xp.zeros(64, dtype=np.float32)
+    assert cudl.address(a[5:]) - cudl.address(a) == 20  # a view starts 5 floats in
+    host = np.zeros(8, dtype=np.float32)
+    assert cudl.address(host) == host.ctypes.data  # a NumPy array: its host address

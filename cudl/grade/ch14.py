@@ -27,7 +27,7 @@ def _aligned_device(host: np.ndarray, guard: int = GUARD) -> tuple[Any, Any]:
     """(view, whole): `host` on the device starting at a 256-byte boundary, then `guard` NaNs."""
     n = host.size
     raw = cudl.xp.full(n + guard + 64, np.nan, dtype=np.float32)
-    ptr = raw.data.ptr if hasattr(raw, "data") and hasattr(raw.data, "ptr") else raw.ctypes.data
+    ptr = cudl.address(raw)
     skip = (-ptr % 256) // 4
     whole = raw[skip:skip + n + guard]
     whole[:n] = cudl.xp.asarray(host.ravel())

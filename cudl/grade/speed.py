@@ -41,6 +41,8 @@ from typing import Any
 
 import numpy as np
 
+from ..backend import address
+
 ROUNDS = 3  # student/solution pairs of medians: SLOW needs all of them
 MIN_FACTOR = 1.5  # (1 + 20%) / (1 - 20%) < 1.5: medians off by 20% cannot make the solution SLOW
 SETS = 3  # input sets a timed loop rotates through: no run sees the pointers of the run before
@@ -62,7 +64,7 @@ def _is_array(a: Any) -> bool:
 
 def _span(a: Any) -> tuple[int, int]:
     """(first byte, end) of an array's memory, NumPy or CuPy."""
-    ptr = a.ctypes.data if isinstance(a, np.ndarray) else a.data.ptr
+    ptr = address(a)
     return ptr, ptr + a.nbytes
 
 

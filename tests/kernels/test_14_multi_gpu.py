@@ -68,11 +68,6 @@ def test_oneshot_sum(world, n, offset):
     assert bool(xp.isnan(out_all[offset + n:]).all()), "wrote past n"
 
 
-def address(a) -> int:
-    """The address of an array's first element: a CuPy array's device pointer, a NumPy array's host one."""
-    return a.data.ptr if hasattr(a.data, "ptr") else a.ctypes.data
-
-
 @pytest.mark.parametrize("world,rank", [(1, 0), (2, 1), (4, 2), (8, 0)])
 @pytest.mark.parametrize("n,offset", [(1, 0), (5, 0), (1000, 0), (4099, 0), (1001, 1)])
 @pytest.mark.parametrize("calls_before", [6, 2**32 - 2])  # the call number wraps past 2^32 in the second
@@ -102,8 +97,8 @@ def test_oneshot_fused(world, rank, n, offset, calls_before, push):
             bufs[rank if push else r][at(r)] = ins[r]
             flags[rank].reshape(grid, 8)[:, r] = e
     epoch = xp.full(grid, calls_before % 2**32, dtype=np.uint32)
-    ptrs = np.array([address(b) for b in bufs], dtype=np.uint64)
-    fptrs = np.array([address(f) for f in flags], dtype=np.uint64)
+    ptrs = np.array([cudl.address(b) for b in bufs], dtype=np.uint64)
+    fptrs = np.array([cudl.address(f) for f in flags], dtype=np.uint64)
     out_all = xp.full(offset + n + 5, np.nan, dtype=np.float32)
     out = out_all[offset:offset + n]
     x = ins[rank].copy() if offset == 0 else ins[rank]  # offset 1: the scalar path
