@@ -118,9 +118,10 @@ def compare(out: Any, ref: Any, *, rtol: float | None = None, dtype: str | None 
                       exp.ravel()[first].item())
 
 
-def check(out: Any, ref: Any, *, rtol: float | None = None, name: str = "output") -> float:
-    """Assert that `out` matches the reference; print the relative error and return it."""
-    c = compare(out, ref, rtol=rtol)
+def check(out: Any, ref: Any, *, rtol: float | None = None, name: str = "output", scale: Any = None) -> float:
+    """Assert that `out` matches the reference (compare(); `scale` as there); print the relative error and
+    return it."""
+    c = compare(out, ref, rtol=rtol, scale=scale)
     if not c.ok:
         raise AssertionError(f"{name} does not match the reference: {c}")
     print(f"✓ {name} matches the reference: relative error {c.rel_err:.1e} (tolerance {c.rtol:.0e})")
