@@ -78,6 +78,11 @@ class Kernel:
         """Static shared memory per block in bytes."""
         return self._impl.shared_size_bytes if self.backend == "gpu" else None
 
+    def _static_shared(self) -> int:
+        if not hasattr(self, "_static"):
+            self._static = self.shared_bytes or 0
+        return self._static
+
     @property
     def local_bytes(self) -> int | None:
         """Local memory (register spills, stack arrays) per thread in bytes."""
@@ -200,7 +205,9 @@ class Kernel:
             self._check_card(int(shared_mem), b, self.mimics)
         conv = self.convert(args)
         if self.backend == "gpu":
-            if shared_mem > 48 * 1024:  # above 48 KiB a kernel must opt in to more dynamic shared memory
+            # above 48 KiB of shared memory per block, static + dynamic, a kernel must opt in to more dynamic
+            # shared memory (the static part is read once: a driver query per launch would cost host time)
+            if shared_mem and shared_mem + self._static_shared() > 48 * 1024:
                 allow_shared(self._impl, shared_mem)
             self._impl(g, b, tuple(conv), shared_mem=shared_mem)
         else:

@@ -5,9 +5,12 @@ batch 1-16, and the offline weight shuffle it reads. Shared by the chapter, its 
     wq, ws = w4.shuffle_weights(packed, scale)        # once, from quantize_int4's output
     run = w4.gemm_w4a16(xp.asarray(wq), xp.asarray(ws), x, y)   # x B x K, y B x N (fp16)
     run()
+    tuned = w4.tune(wq, ws, x, y, check)   # the build and slices of K for this GPU (cudl.autotune)
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 
@@ -19,10 +22,18 @@ CHUNK = 64  # columns of K per 16-byte load of a lane (the kernel's CHUNK)
 MULTIPLE = 128  # N and K must be multiples of this (the launcher's promise; the kernel needs less)
 
 # The kernel's -D options by batch tiles (NT = 1 for B <= 8, 2 for B <= 16): 16-row tiles per warp,
-# warps per block, chunks in flight per warp. NT = 1 takes 115 / 119 registers (nvcc 13, sm_80 / sm_90):
-# two blocks of 8 warps fit on an SM, each warp with 4 KiB of weights in flight. NT = 2 with UNROLL 2
-# takes 157 / 163 (one block per SM); UNROLL 1 takes 102 and keeps two. Not yet timed on a GPU.
-CONFIG = {1: dict(MT=4, WARPS=8, UNROLL=2), 2: dict(MT=4, WARPS=8, UNROLL=1)}
+# warps per block, chunks in flight per warp: the defaults, picked from a sweep of MT, WARPS, UNROLL and
+# splits on an H200 (nvcc 13), where they were the fastest or close to it at both LLaMA shapes. Two tiles
+# per warp, not four: twice the row blocks, so fewer slices of K (and fewer partial sums) fill the GPU;
+# 77 / 78 registers (NT = 1 / 2), so three blocks of 8 warps fit on an SM.
+CONFIG = {1: dict(MT=2, WARPS=8, UNROLL=2), 2: dict(MT=2, WARPS=8, UNROLL=1)}
+# What `tune` chooses among, per NT, each with every count of slices in SPLITS (the best of that sweep
+# and their neighbours; MT = 4 and 16 warps never won there).
+SPACE = {1: [dict(MT=2, WARPS=8, UNROLL=2), dict(MT=1, WARPS=8, UNROLL=2), dict(MT=1, WARPS=4, UNROLL=2),
+             dict(MT=2, WARPS=8, UNROLL=4)],
+         2: [dict(MT=2, WARPS=8, UNROLL=1), dict(MT=1, WARPS=8, UNROLL=2), dict(MT=2, WARPS=4, UNROLL=2),
+             dict(MT=1, WARPS=4, UNROLL=1)]}
+SPLITS = (1, 2, 3, 4, 6)
 
 
 def shuffle_weights(packed, scale, group: int = GROUP) -> tuple[np.ndarray, np.ndarray]:
@@ -117,3 +128,28 @@ def dequantized(packed, scale, group: int = GROUP) -> np.ndarray:
 def reference(packed, scale, x, group: int = GROUP) -> np.ndarray:
     """float64 Y = X W^T on the host, W the exact dequantized weights."""
     return cudl.to_numpy(x).astype(np.float64) @ dequantized(packed, scale, group).T
+
+
+def tune(wq, ws, x, y, check, group: int = GROUP, **kwargs: Any) -> Any:
+    """cudl.autotune of the build (MT, WARPS, UNROLL) and the slices of K for this GPU, shape and batch:
+    the space is SPACE[NT] x SPLITS (slices that K / 64 chunks allow) plus the default (CONFIG and
+    default_splits). `check(run)` raises if the launch `run` wrote a wrong Y. Returns cudl's Tuned, whose
+    `.kernel` is the chosen launcher (as gemm_w4a16 returns it); `kwargs` go to cudl.autotune."""
+    batch, K = x.shape
+    N = y.shape[1]
+    nt = 1 if batch <= 8 else 2
+    info = cudl.device_info()
+    sms = info.get("sms") or info["mimics"]["sms"]
+    default = {**CONFIG[nt], "splits": default_splits(N, K, CONFIG[nt]["MT"], CONFIG[nt]["WARPS"],
+                                                         CONFIG[nt]["UNROLL"], sms)}
+    space = [default] + [{**c, "splits": s} for c in SPACE[nt] for s in SPLITS
+                         if s <= K // CHUNK and {**c, "splits": s} != default]
+    nbytes = N * K // 2 + 4 * N * (K // group) + 2 * batch * (N + K)  # weights, scales, X and Y
+
+    def build(c: dict) -> Any:
+        c = dict(c)
+        return gemm_w4a16(wq, ws, x, y, group, splits=c.pop("splits"), **c)
+
+    return cudl.autotune(f"W4A16 GEMM, B = {batch}", space, build, lambda run: run(), check=check,
+                         default=default, shape=(batch, N, K, group),
+                         source=[f"{D}/gemm_w4a16_mma.cu", f"{D}/w4a16_gemm.py"], bytes=nbytes, **kwargs)

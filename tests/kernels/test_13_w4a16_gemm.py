@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import cudl
+from cudl.errors import CudlError
 from cudl.grade.ch13 import quantize_int4_ref
 
 D = "13-quantization"
@@ -134,3 +135,28 @@ def test_shuffle_layout():
         nib = (int(wq[tile, c, 4 * g + t, s4]) >> 4 * (h + 2 * (e // 2) + 4 * (e % 2))) & 15
         assert nib - 8 == q[n, k], (n, k)
         assert ws[tile, k // group, g, h] == s.reshape(N, K // group)[n, k // group]
+
+
+def test_tune():
+    """w4.tune: every candidate of its space is a valid launch; on the emulator the default build is
+    built, launched and checked (and a wrong result raises); on a GPU the chosen build passes the check."""
+    rng = np.random.default_rng()
+    N, K, batch = 256, 384, 11
+    p, s = quantize_int4_ref(rng.standard_normal((N, K)).astype(np.float32), 128)
+    wq, ws = (cudl.xp.asarray(a) for a in w4.shuffle_weights(p, s))
+    x = cudl.xp.asarray(rng.standard_normal((batch, K)).astype(np.float16))
+    y = cudl.poisoned((batch, N), np.float16)
+    ref = w4.reference(p, s, x)
+
+    def check(run):
+        y.fill(np.nan)
+        run()
+        cudl.check(y, ref, rtol=4e-3, name="tuned W4A16 GEMM")
+
+    tuned = w4.tune(wq, ws, x, y, check)
+    assert tuned.config in [r["config"] for r in tuned.table]
+    if not cudl.on_gpu():
+        assert tuned.config == tuned.default and tuned.gain is None
+    check(tuned.kernel)
+    with pytest.raises((AssertionError, CudlError)):  # the check's error; on a GPU: every candidate failed
+        w4.tune(wq, ws, x, y, lambda run: check(lambda: (run(), y.fill(0))))  # a launch that writes zeros
