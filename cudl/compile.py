@@ -463,9 +463,9 @@ def _nvrtc(source: str, shown: str, options: list[str], name_expressions: tuple[
     from .backend import on_gpu
 
     if on_gpu() and importlib.util.find_spec("torch"):
-        # PyTorch first: torch 2.11 imported after NVRTC has run through cuda.bindings fails to parse its
-        # own operator schemas ("expected ident but found ')'", seen on an H200), so a notebook or test that
-        # compiles a module variable or a T4 build before its first `import torch` would break torch.
+        # PyTorch first: torch 2.11 imported after NVRTC had run through cuda.bindings failed to parse its
+        # own operator schemas ("expected ident but found ')'", seen on an H200). Most likely the shared b" "
+        # that the log buffer below overwrote (fixed there); kept until a GPU run shows torch without it.
         import torch  # noqa: F401
     from cuda.bindings import nvrtc
 
@@ -476,10 +476,15 @@ def _nvrtc(source: str, shown: str, options: list[str], name_expressions: tuple[
             nvrtc.nvrtcAddNameExpression(prog, expr.encode())
         opts = [*options, *NVRTC_OPTIONS, *include_options()]
         (err,) = nvrtc.nvrtcCompileProgram(prog, len(opts), [o.encode() for o in opts])
+        # Output buffers are bytearrays, never `b" " * size` (NVIDIA's samples): CPython keeps one shared bytes
+        # object per single byte, so for an empty log (size 1, the terminating NUL) b" " * 1 IS the process's
+        # b" ", which NVRTC then overwrites with b"\0". Every later b" " in the process is then a NUL: the
+        # parser of Python 3.12 dropped the blanks between f-string fields of every cell compiled after it
+        # (f"{a} {b}" == "ab"), and torch failed to parse its operator schemas.
         _, size = nvrtc.nvrtcGetProgramLogSize(prog)
-        log = b" " * size
+        log = bytearray(size)
         nvrtc.nvrtcGetProgramLog(prog, log)
-        log_text = log.rstrip(b"\x00").decode(errors="replace")
+        log_text = bytes(log).rstrip(b"\x00").decode(errors="replace")
         if err != nvrtc.nvrtcResult.NVRTC_SUCCESS:
             raise CompileError(f"{shown} does not compile {what}:\n" + format_log(log_text, source, shown)
                                + hints(log_text))
@@ -488,8 +493,9 @@ def _nvrtc(source: str, shown: str, options: list[str], name_expressions: tuple[
             get_size, get = ((nvrtc.nvrtcGetCUBINSize, nvrtc.nvrtcGetCUBIN) if binary == "cubin"
                              else (nvrtc.nvrtcGetPTXSize, nvrtc.nvrtcGetPTX))
             _, size = get_size(prog)
-            out = b" " * size
-            get(prog, out)
+            buf = bytearray(size)
+            get(prog, buf)
+            out = bytes(buf)
             for expr in name_expressions:
                 e, low = nvrtc.nvrtcGetLoweredName(prog, expr.encode())
                 if e == nvrtc.nvrtcResult.NVRTC_SUCCESS:

@@ -54,6 +54,17 @@ def test_compiles(path, arch):
     nvrtc_compile(src, shown, arch, name_expressions=tuple(sorted(name_expressions().get(path, ()))))
 
 
+def test_compile_leaves_the_interpreter_intact():
+    """NVRTC writes its log and binary into buffers cudl hands it, never into a shared bytes object: b" " * 1 is
+    CPython's one b" ", which an empty log's NUL once overwrote, and from then on every b" " of the process was
+    b"\\0" (Python 3.12's parser dropped the blank of f"{a} {b}" in every later notebook cell)."""
+    src, shown = resolve("01-first-kernel/vector_add.cu")
+    nvrtc_compile(src, shown, ARCHS[0])  # a kernel without warnings: its log is the NUL alone
+    shared = b"a b"[1:2]  # CPython's one b" " (any one-byte bytes is that object): its byte, as an int
+    assert shared[0] == 32, f"the interpreter's shared b' ' now holds {shared!r}"
+    assert eval('f"{a} {b}"', {"a": 1, "b": 2}) == "1 2"  # what the b" " broke in Python 3.12's parser
+
+
 @pytest.mark.parametrize("path", APPENDIX, ids=lambda p: p.name)
 def test_appendix_programs(path, tmp_path):
     """The standalone programs of the appendix page compile with nvcc (skipped without the toolkit)."""
