@@ -98,11 +98,7 @@ def shown_kernel_files() -> list[Path]:
 
 # Wide lines that wait for their notebooks' next GPU run: breaking one changes the file, which makes every
 # notebook that uses it stale (cudl.nbtools code_hash). Each entry must go when its line is fixed.
-KNOWN_WIDE: dict[str, str] = {
-    "kernels_src/15-capstone/gpt_train.py:514": "launcher5's new `options` parameter; chapter 15 and its solution "
-    "were executed on an H200 with this text (2026-11-29), the device time of that session is spent",
-    "kernels_src/15-capstone/gpt_train.py:522": "the same: the hgemm call of launcher5",
-}
+KNOWN_WIDE: dict[str, str] = {}
 # The same for a whole file: every wide line of it waits (the entry must go when none is left).
 KNOWN_WIDE_FILES: dict[str, str] = {}
 
