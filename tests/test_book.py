@@ -98,11 +98,7 @@ def shown_kernel_files() -> list[Path]:
 
 # Wide lines that wait for their notebooks' next GPU run: breaking one changes the file, which makes every
 # notebook that uses it stale (cudl.nbtools code_hash). Each entry must go when its line is fixed.
-KNOWN_WIDE: dict[str, str] = {
-    "kernels_src/15-capstone/gpt_train.py:514": "launcher5's new `options` parameter; chapter 15 and its solution "
-    "were executed on an H200 with this text (2026-11-29), the device time of that session is spent",
-    "kernels_src/15-capstone/gpt_train.py:522": "the same: the hgemm call of launcher5",
-}
+KNOWN_WIDE: dict[str, str] = {}
 # The same for a whole file: every wide line of it waits (the entry must go when none is left).
 KNOWN_WIDE_FILES: dict[str, str] = {}
 
@@ -462,8 +458,10 @@ def test_code_of_code_width_does_not_scroll(site) -> None:
 # --- tables: every page renders them ----------------------------------------------------------------------
 
 # A Markdown table that was not parsed shows its source: a separator row such as "| --- | --- |", or the
-# header of one (the Scoreboard's multi-GPU table showed "| GPUs | ring / NCCL ... |").
-_RAW_TABLE = re.compile(r"\|\s*:?-{3,}:?\s*\||\|\s*GPUs\s*\|")
+# header of one (the Scoreboard's multi-GPU table showed "| GPUs | ring / NCCL ... |"). In a paragraph,
+# Sphinx's smart quotes make "---" an em dash and "--" an en dash ("| — | –: |": autotune's tables, parsed
+# as CommonMark, were shown so in chapters 6 and 12).
+_RAW_TABLE = re.compile(r"\|\s*:?(?:-{3,}|[—–]-*):?\s*\||\|\s*GPUs\s*\|")
 _NOT_PROSE = re.compile(r"<(pre|code|script|style|textarea)\b.*?</\1>", re.DOTALL | re.IGNORECASE)
 
 
@@ -475,6 +473,8 @@ def _visible_text(html: str) -> str:
 
 def test_raw_table_text_is_caught() -> None:
     assert _RAW_TABLE.search(_visible_text("<p>| GPUs | ring |<br>| --- | --- |</p>"))
+    assert _RAW_TABLE.search(_visible_text("<p>| config | ms |\n| — | –: |</p>"))
+    assert _RAW_TABLE.search(_visible_text("<p>| size (KB) | 1 |\n| :– | –: |</p>"))
     assert not _RAW_TABLE.search(_visible_text("<pre>| --- | --- |</pre><table><tr><td>GPUs</td></tr></table>"))
 
 
@@ -553,6 +553,30 @@ def test_scoreboard_fits_the_screen(site, width: int) -> None:
         assert t["right"] <= t["room"] + 1 and t["right"] <= width, f"a table ({t['head']}) runs past the page: {t}"
     assert not _RAW_TABLE.search(layout["text"]), "Markdown table source shown as text"
     assert layout["images"] and all(0 < h <= 900 for h in layout["images"]), f"chart heights {layout['images']}"
+
+
+OUTPUT_TABLE_PAGES = [p for p in PAGES if re.search(r'class="cell_output[^"]*".*?<table', (HTML / p).read_text(
+    errors="replace"), re.DOTALL)]
+_OUTPUT_TABLES = """() => [...document.querySelectorAll("article .cell_output table")].map(t => ({
+    head: t.querySelector("tr").innerText.replace(/\\s+/g, " ").slice(0, 60),
+    width: t.getBoundingClientRect().width, room: t.parentElement.clientWidth}))"""
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("page", OUTPUT_TABLE_PAGES or [pytest.param("", marks=pytest.mark.skip(reason="no tables"))])
+def test_output_tables_fit_a_phone(site, page: str) -> None:
+    """At 390 px, a table that a cell prints fits the content column (book/_static/cudl.css): none scrolls
+    sideways inside its box."""
+    base, browser = site
+    tab = browser.new_page(viewport={"width": 390, "height": 844})
+    tab.route("**/*", lambda r: r.continue_() if r.request.url.startswith(base) else r.fulfill(status=200, body=""))
+    try:
+        tab.goto(base + page, wait_until="load", timeout=30_000)
+        tables = tab.evaluate(_OUTPUT_TABLES)
+    finally:
+        tab.close()
+    wide = [f"{t['head']}: {t['width']:.0f} px in {t['room']} px" for t in tables if t["width"] > t["room"] + 1]
+    assert not wide, f"{page}: tables wider than the column at 390 px:\n" + "\n".join(wide)
 
 
 # --- stored outputs: no plumbing printed ------------------------------------------------------------------

@@ -41,6 +41,7 @@ from pathlib import Path
 import dist_utils as du
 import torch
 import torch.distributed as dist
+from ring_allreduce import cupy_stream, cupy_view, kernel_reduce, ring_allreduce
 
 warnings.filterwarnings("ignore", category=FutureWarning, module="torch.distributed")
 BLOCK = 256
@@ -63,48 +64,42 @@ def crossover(rows: list[dict], fast: str, slow: str) -> int | None:
     return cross
 
 
-def cupy_view(cupy, t: torch.Tensor, dtype=None):
-    """A CuPy array over the memory of the contiguous tensor t (no copy, no synchronisation).
+class _OneShotKernel:
+    """What both one-shot versions set up: their kernel, loaded by cudl on this rank's GPU, and a buffer
+    capacity of max_count floats rounded up so that every half and slot starts at a multiple of 256 bytes."""
 
-    dtype: read the bytes as another type of the same size (torch's int64 as the kernel's uint64).
-    """
-    dtype = dtype or {torch.float32: cupy.float32, torch.int64: cupy.int64, torch.int32: cupy.int32}[t.dtype]
-    mem = cupy.cuda.UnownedMemory(t.data_ptr(), t.numel() * t.element_size(), t, t.device.index)
-    return cupy.ndarray((t.numel(),), dtype, cupy.cuda.MemoryPointer(mem, 0))
+    def __init__(self, max_count: int, device: torch.device, source: str, name: str) -> None:
+        import cupy
+
+        sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root, for cudl
+        import cudl
+
+        self.world, self.rank, self.device, self.cupy = dist.get_world_size(), dist.get_rank(), device, cupy
+        if self.world > 8:
+            raise SystemExit(f"{source} sums at most 8 buffers (one NVLink node)")
+        self.cap = -(-max_count // 64) * 64
+        cupy.cuda.Device(device.index).use()  # CuPy loads the module on its current device
+        self.kernel = cudl.load(f"14-multi-gpu/{source}", name)
+
+    def stream(self):
+        """torch's current stream of this GPU as a CuPy stream: the kernel runs in order with torch's work."""
+        return cupy_stream(self.cupy, torch.cuda.current_stream(self.device).cuda_stream, self.device.index)
 
 
-class OneShot:
+class OneShot(_OneShotKernel):
     """x -> the sum of x over all ranks, in place, with oneshot_reduce.cu over symmetric memory."""
 
     def __init__(self, max_count: int, device: torch.device) -> None:
-        import cupy
         import torch.distributed._symmetric_memory as symm_mem
 
-        sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root, for cudl
-        from ring_allreduce import cupy_stream
-
-        import cudl
-
-        self.world, self.device, self.cupy = dist.get_world_size(), device, cupy
-        if self.world > 8:
-            raise SystemExit("oneshot_reduce.cu sums at most 8 buffers (one NVLink node)")
-        self.cap = -(-max_count // 64) * 64  # each half starts at a multiple of 256 bytes
+        super().__init__(max_count, device, "oneshot_reduce.cu", "oneshot_sum")
         self.buf = symm_mem.empty(2 * self.cap, dtype=torch.float32, device=device)
         self.buf.fill_(float("nan"))  # a peer's half never written would poison the sum
         self.hdl = symm_mem.rendezvous(self.buf, dist.group.WORLD)
         self.parity = 0
-        cupy.cuda.Device(device.index).use()  # CuPy loads the module on its current device
-        self.kernel = cudl.load("14-multi-gpu/oneshot_reduce.cu", "oneshot_sum")
-        self.stream = lambda: cupy_stream(cupy, torch.cuda.current_stream(device).cuda_stream, device.index)
         self.max_grid = 4 * torch.cuda.get_device_properties(device).multi_processor_count
-
-        def wrap(ptr: int, count: int, owner) -> cupy.ndarray:  # device memory as a CuPy array, no copy
-            mem = cupy.cuda.UnownedMemory(ptr, count * 4, owner, device.index)
-            return cupy.ndarray((count,), cupy.float32, cupy.cuda.MemoryPointer(mem, 0))
-
-        self.wrap = wrap
         # every rank's buffer, mapped into this GPU: halves 0 and 1, made once (a call only picks one)
-        peers = [wrap(p, 2 * self.cap, self.buf) for p in self.hdl.buffer_ptrs]
+        peers = [cupy_view(self.cupy, self.buf, ptr=p) for p in self.hdl.buffer_ptrs]
         self.halves = [[p[h * self.cap:] for p in peers] for h in (0, 1)]
         self.flag = torch.zeros(1, device=device)
         try:  # the handle's barrier: each GPU writes a flag into its peers' signal pads and waits for theirs
@@ -133,12 +128,12 @@ class OneShot:
         ins = ins + [ins[0]] * (8 - len(ins))
         grid = max(1, min(self.max_grid, -(-n // (4 * BLOCK))))
         with self.cupy.cuda.Device(self.device.index), self.stream():
-            self.kernel((grid,), (BLOCK,), (*ins, self.cupy.int32(self.world), self.wrap(x.data_ptr(), n, x),
+            self.kernel((grid,), (BLOCK,), (*ins, self.cupy.int32(self.world), cupy_view(self.cupy, x),
                                             self.cupy.int64(n)))
         return x
 
 
-class OneShotFused:
+class OneShotFused(_OneShotKernel):
     """The same all-reduce in one launch (oneshot_fused.cu): copy-in, per-block barrier and sum.
 
     The kernel keeps its own call count per block on the GPU, so a call's launch never changes and a
@@ -148,19 +143,10 @@ class OneShotFused:
     """
 
     def __init__(self, max_count: int, device: torch.device, push: bool) -> None:
-        import cupy
         import torch.distributed._symmetric_memory as symm_mem
 
-        sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root, for cudl
-        from ring_allreduce import cupy_stream
-
-        import cudl
-
+        super().__init__(max_count, device, "oneshot_fused.cu", "oneshot_fused")
         self.push = push  # True: write my input into every GPU's buffer; False: peers load it from mine
-        self.world, self.rank, self.device, self.cupy = dist.get_world_size(), dist.get_rank(), device, cupy
-        if self.world > 8:
-            raise SystemExit("oneshot_fused.cu sums at most 8 buffers (one NVLink node)")
-        self.cap = -(-max_count // 64) * 64
         self.grid = torch.cuda.get_device_properties(device).multi_processor_count  # all resident
         self.buf = symm_mem.empty(2 * self.world * self.cap, dtype=torch.float32, device=device)
         self.buf.fill_(float("nan"))  # a peer's part never written would poison the sum
@@ -172,11 +158,9 @@ class OneShotFused:
         self.ptrs = torch.tensor(list(hdl.buffer_ptrs), dtype=torch.int64, device=device)
         self.flag_ptrs = torch.tensor(list(fhdl.buffer_ptrs), dtype=torch.int64, device=device)
         self.epoch = torch.zeros(self.grid, dtype=torch.int32, device=device)
-        cupy.cuda.Device(device.index).use()  # CuPy loads the module on its current device
-        self.kernel = cudl.load("14-multi-gpu/oneshot_fused.cu", "oneshot_fused")
-        self.stream = lambda: cupy_stream(cupy, torch.cuda.current_stream(device).cuda_stream, device.index)
-        self.args = [cupy_view(cupy, self.ptrs, cupy.uint64), cupy_view(cupy, self.flag_ptrs, cupy.uint64),
-                     cupy_view(cupy, self.epoch, cupy.uint32)]  # the kernel's unsigned types
+        cp = self.cupy
+        self.args = [cupy_view(cp, self.ptrs, cp.uint64), cupy_view(cp, self.flag_ptrs, cp.uint64),
+                     cupy_view(cp, self.epoch, cp.uint32)]  # the kernel's unsigned types
         self.views: dict[tuple[int, int], object] = {}  # x's CuPy view, made once per tensor
         torch.cuda.synchronize(device)
         dist.barrier()  # every GPU's flags are zero before any GPU's first call writes a peer's
@@ -238,8 +222,6 @@ def main() -> None:
         raise SystemExit("oneshot_allreduce.py needs GPUs with peer access (symmetric memory); "
                          "the kernel alone runs on the emulator: tests/kernels/test_14_multi_gpu.py")
     rank, world, device = du.start("nccl")
-    from ring_allreduce import kernel_reduce, ring_allreduce
-
     counts = [max(world, int(kb * 1024) // 4) for kb in args.sizes_kb]
     shot = OneShot(max(max(counts), 1 << 20), device)
     reduce = kernel_reduce(device)

@@ -169,6 +169,19 @@ def cupy_stream(cupy, ptr: int, device_index: int):
     return _CUPY_STREAMS[key]
 
 
+def cupy_view(cupy, t: torch.Tensor, dtype=None, ptr: int | None = None):
+    """A 1-D CuPy array over the memory of the contiguous tensor t, on t's GPU (no copy, no synchronisation).
+
+    dtype: read the bytes as another type of the same size (torch's int64 as the kernel's uint64).
+    ptr: view a buffer shaped like t at another address instead, one that t keeps alive (a peer's copy of
+    t's symmetric-memory buffer, mapped into t's GPU).
+    """
+    dtype = dtype or {torch.float32: cupy.float32, torch.int64: cupy.int64, torch.int32: cupy.int32}[t.dtype]
+    address = t.data_ptr() if ptr is None else ptr
+    mem = cupy.cuda.UnownedMemory(address, t.numel() * t.element_size(), t, t.device.index)
+    return cupy.ndarray((t.numel(),), dtype, cupy.cuda.MemoryPointer(mem, 0))
+
+
 def kernel_reduce(device: torch.device) -> Reduce:
     """ring_reduce.cu through cudl: CuPy on a GPU (on torch's current stream), the emulator on the CPU."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root, for cudl
@@ -186,14 +199,10 @@ def kernel_reduce(device: torch.device) -> Reduce:
 
     grid = 4 * torch.cuda.get_device_properties(device).multi_processor_count
 
-    def view(t: torch.Tensor) -> cupy.ndarray:  # the tensor's memory as a CuPy array, no copy
-        mem = cupy.cuda.UnownedMemory(t.data_ptr(), t.numel() * 4, t, device.index)
-        return cupy.ndarray((t.numel(),), cupy.float32, cupy.cuda.MemoryPointer(mem, 0))
-
     def reduce(acc: torch.Tensor, recv: torch.Tensor) -> None:
         stream = cupy_stream(cupy, torch.cuda.current_stream(device).cuda_stream, device.index)
         with cupy.cuda.Device(device.index), stream:
-            k((grid,), (256,), (view(acc), view(recv), acc.numel()))
+            k((grid,), (256,), (cupy_view(cupy, acc), cupy_view(cupy, recv), acc.numel()))
 
     return reduce
 

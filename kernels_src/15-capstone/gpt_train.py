@@ -511,7 +511,8 @@ class Model:
         else:
             self.launcher5(a.reshape(M, K), b.reshape(K, N), c.reshape(M, N))()
 
-    def launcher5(self, a: Any, b: Any, c: Any, options: tuple[str, ...] = GEMM5_OPTIONS) -> Any:
+    def launcher5(self, a: Any, b: Any, c: Any,
+                  options: tuple[str, ...] = GEMM5_OPTIONS) -> Any:
         """Kernel 5's launch of C = A B. It reads A and B through tensor maps that hold
         their addresses (and A's row stride: A may be a column range of a matrix): one
         launcher per operand triple and build, made on first use (the step's buffers are
@@ -519,7 +520,8 @@ class Model:
         key = (a.data.ptr, a.strides, b.data.ptr, c.data.ptr, a.shape, b.shape, options)
         run = self.gemm5.get(key)
         if run is None:
-            run = self.gemm5[key] = self.tc.hgemm("5: wgmma + TMA", a, b, c, options=options)
+            run = self.tc.hgemm("5: wgmma + TMA", a, b, c, options=options)
+            self.gemm5[key] = run
         return run
 
     def gemm_split(self, a: Any, b: Any, c: Any, M: int, N: int, K: int, s: int) -> None:

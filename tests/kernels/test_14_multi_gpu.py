@@ -376,3 +376,28 @@ def test_cupy_stream_of_torch_stream(monkeypatch):
                                                               ExternalStream=external))
     ra.cupy_stream(cupy13, 99, 1)
     assert made[-1] == ("ExternalStream", 99, 1)
+
+
+def test_cupy_view_of_tensor_memory(monkeypatch):
+    """ring_allreduce.cupy_view, the one CuPy view of the scripts: a tensor's own bytes (its type, or another
+    of the same size), or a buffer shaped like it at a peer's address, kept alive by the tensor. A stand-in
+    CuPy records what the view is made of (CPU tensors: device index None)."""
+    torch = pytest.importorskip("torch")
+    import types
+
+    monkeypatch.syspath_prepend(str(HERE))
+    import ring_allreduce as ra
+
+    class Unowned:
+        def __init__(self, ptr, size, owner, device):
+            self.args = (ptr, size, owner, device)
+
+    cuda = types.SimpleNamespace(UnownedMemory=Unowned, MemoryPointer=lambda mem, offset: (mem.args, offset))
+    fake = types.SimpleNamespace(cuda=cuda, ndarray=lambda shape, dtype, ptr: (shape, dtype, ptr),
+                                 float32="f4", int64="i8", int32="i4", uint64="u8")
+    x = torch.zeros(10)[3:]  # a slice: the view starts at its first element, not the storage's
+    assert ra.cupy_view(fake, x) == ((7,), "f4", ((x.data_ptr(), 28, x, None), 0))
+    ptrs = torch.zeros(4, dtype=torch.int64)
+    assert ra.cupy_view(fake, ptrs, fake.uint64) == ((4,), "u8", ((ptrs.data_ptr(), 32, ptrs, None), 0))
+    buf = torch.zeros(6)
+    assert ra.cupy_view(fake, buf, ptr=4096) == ((6,), "f4", ((4096, 24, buf, None), 0))
