@@ -443,6 +443,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m cudl.nbtools")
     ap.add_argument("command", choices=["sync", "check", "execute"])
     ap.add_argument("notebooks", nargs="*", type=Path)
+    ap.add_argument("--pack", type=Path, default=None,
+                    help="execute: then write a .tgz of what a GPU run changes (see pack())")
     args = ap.parse_args(argv)
     if args.command == "sync":
         sync()
@@ -452,8 +454,30 @@ def main(argv: list[str] | None = None) -> int:
             print(m)
         return 1 if msgs else 0
     else:
-        execute(args.notebooks or [ipynb for _, ipynb in paired()])
+        paths = args.notebooks or [ipynb for _, ipynb in paired()]
+        try:
+            execute(paths)
+        finally:  # a failed notebook keeps its old outputs; the others' new ones still travel back
+            if args.pack:
+                print(f"packed {pack(paths, args.pack)} files into {args.pack}")
     return 0
+
+
+def pack(paths: list[Path], out: Path) -> int:
+    """A .tgz (paths relative to the repository) of what executing `paths` on a GPU machine changes, to copy
+    back over the working tree: the notebooks, the exercises made from solutions, and benchmarks/*.json
+    (cudl.record's Scoreboard records, which a run of the notebooks writes there). Returns the file count."""
+    import tarfile
+
+    files = [p.resolve() for p in paths]
+    files += [p.resolve().parents[1] / "exercises" / p.name for p in paths if p.resolve().parent.name == "solutions"]
+    files += sorted((ROOT / "benchmarks").glob("*.json"))
+    files = [f for f in files if f.is_file()]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(out, "w:gz") as tar:
+        for f in files:
+            tar.add(f, arcname=f.relative_to(ROOT).as_posix())
+    return len(files)
 
 
 if __name__ == "__main__":

@@ -212,3 +212,18 @@ def test_glued_code_spans_render_as_markdown(monkeypatch):
     first, second = (o["data"] for o in nb.cells[0].outputs[:2])
     assert first[prefix + "text/markdown"] == "see `k`" and prefix + "text/markdown" not in second
     assert nbtools.glue_markdown(nb) == 0  # once
+
+
+def test_pack_holds_what_a_gpu_run_changes(tmp_path):
+    """`nbtools execute ... --pack F`: the executed notebooks, the exercises made from executed solutions and
+    the Scoreboard's records (benchmarks/*.json), under their paths in the repository."""
+    import tarfile
+
+    out = tmp_path / "run.tgz"
+    n = nbtools.pack([ROOT / "chapters" / "01-first-kernel.ipynb", ROOT / "solutions" / "13-quantization.ipynb"], out)
+    with tarfile.open(out) as tar:
+        names = set(tar.getnames())
+    records = {f"benchmarks/{p.name}" for p in (ROOT / "benchmarks").glob("*.json")}
+    assert records, "no Scoreboard records in benchmarks/"
+    assert names == {"chapters/01-first-kernel.ipynb", "solutions/13-quantization.ipynb",
+                     "exercises/13-quantization.ipynb", *records} and n == len(names)
