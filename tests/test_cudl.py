@@ -162,6 +162,26 @@ def _fake_kernel():
     return cudl.Kernel("vector_add", parse_params(SRC, "vector_add"), "<src>", None, "emulator")
 
 
+def test_launch_opts_in_above_48_kib_of_static_plus_dynamic_shared_memory(monkeypatch):
+    """On a GPU a launch asks for more dynamic shared memory (cuFuncSetAttribute) when static + dynamic bytes
+    pass 48 KiB, not only when the dynamic bytes alone do: otherwise the launch fails (invalid argument)."""
+    import cudl.kernel as kmod
+
+    class Impl:  # a compiled kernel as CuPy gives it: static shared bytes, and a launch
+        shared_size_bytes = 16 * 1024
+
+        def __call__(self, grid, block, args, shared_mem=0):
+            pass
+
+    asked = []
+    monkeypatch.setattr(kmod, "allow_shared", lambda impl, n: asked.append(n))
+    k = cudl.Kernel("vector_add", parse_params(SRC, "vector_add"), "<src>", Impl(), "gpu")
+    monkeypatch.setattr(k, "convert", lambda args: list(args))
+    for dynamic in (0, 32 * 1024, 40 * 1024, 64 * 1024):
+        k((1,), (32,), (None, None, None, 4), shared_mem=dynamic)
+    assert asked == [40 * 1024, 64 * 1024]  # 16 + 32 KiB = 48 KiB is still the default limit
+
+
 def test_convert_python_scalars_to_c_types():
     k = _fake_kernel()
     a = np.zeros(4, np.float32)
