@@ -22,6 +22,10 @@ def device_info() -> dict[str, Any]:
     from .mimicry import active
 
     info, card = _device_info(), active()
+    if info["gpu"] == "CPU emulator":  # its limits follow CUDL_EMULATOR_DEVICE as it is now: not cached
+        from .emulator import device
+
+        return {**info, "mimics": device()}
     if card is None:
         return info
     return {**info, "cc": card["cc"], "mimics": card, "real": {"gpu": info["gpu"], "cc": info["cc"]}}
@@ -37,10 +41,8 @@ def _device_info() -> dict[str, Any]:
     except ImportError:
         info["torch"] = None
     if not on_gpu():
-        from .emulator import device
-
-        info.update(gpu="CPU emulator", cc=None, cpu=platform.processor() or platform.machine(),
-                    mimics=device())  # the GPU whose limits the emulator enforces
+        # `mimics` (the GPU whose limits the emulator enforces) is added by device_info(), uncached
+        info.update(gpu="CPU emulator", cc=None, cpu=platform.processor() or platform.machine())
         return info
     import cupy
 

@@ -381,3 +381,12 @@ def test_set_global_checks_shape_and_dtype():
         k.set_global("w", np.zeros(5, np.float32))
     with pytest.raises(KeyError, match="nope"):
         k.get_global("nope")
+
+
+def test_device_info_follows_the_emulated_device(monkeypatch):
+    """device_info()'s `mimics` is the device the emulator enforces now: a test that set CUDL_EMULATOR_DEVICE
+    while device_info() was first called must not leave its GPU to every later test of the process."""
+    monkeypatch.setenv("CUDL_EMULATOR_DEVICE", "H100")
+    assert cudl.device_info()["mimics"]["name"] == "NVIDIA H100"
+    monkeypatch.delenv("CUDL_EMULATOR_DEVICE")
+    assert cudl.device_info()["mimics"]["name"] == "Tesla T4"
